@@ -1,0 +1,191 @@
+"""`mirrorflow` command line: parses, calls the library, prints. Exit 0 ok, 1 operational, 2 usage/config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from mirrorflow import config as configmod
+from mirrorflow import legacy, local
+from mirrorflow.errors import ConfigError, MirrorflowError
+
+DEFAULT_CONFIG = "include/mirrorflow.properties"
+
+# Commands whose behaviour later work fills in; each names what it will do.
+PLANNED: dict[str, str] = {
+    "plan": "show, without changing anything, every topic, partition, config and ACL change sync would make",
+    "sync": "create and grow remote topics, sync topic configs and ACLs",
+    "stream": "run the mirror stream of one flow in the foreground (PySpark Structured Streaming)",
+    "checkpoint": "translate consumer-group offsets and write checkpoints (one round or --loop)",
+    "translate": "print the target offsets of a consumer group, per partition",
+    "status": "show flows, lag, throughput and the age of the newest checkpoint",
+    "topology": "print clusters, flows, upstream clusters and replication hops from heartbeats",
+    "failover": "run the DR failover runbook (planned or unplanned)",
+    "failback": "run the DR failback runbook",
+    "audit": "prove by content that a flow's target holds every source record",
+    "backfill": "copy a bounded range of a flow with the stream's fidelity",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="mirrorflow", description="Replicate Kafka clusters: a MirrorMaker 2 compatible "
+                     "stream (PySpark) with sync, checkpoints and runbooks (Airflow).")
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"connect-mirror-maker.properties (default: $MIRRORFLOW_CONFIG or {DEFAULT_CONFIG})")
+    parser.add_argument("--clusters", nargs="+", metavar="ALIAS",
+                        help="as MM2's --clusters: only the flows whose target is one of these")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("validate", help="check the configuration and print what it defines")
+    _add_json(p)
+    p.set_defaults(run=cmd_validate)
+
+    p = sub.add_parser("local", help="run real local Kafka clusters for the config's localhost aliases")
+    lsub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    lsub.required = True
+    for action, text in (("up", "start (or resume) one KRaft broker per localhost alias"),
+                         ("down", "stop the brokers this launcher started"),
+                         ("status", "show the local brokers")):
+        lp = lsub.add_parser(action, help=text)
+        lp.add_argument("aliases", nargs="*", metavar="ALIAS", help="only these clusters")
+        _add_json(lp)
+        if action == "up":
+            lp.add_argument("--secure", action="store_true",
+                            help="SASL (PLAIN, SCRAM) with KRaft's StandardAuthorizer and a super user")
+        if action == "down":
+            lp.add_argument("--purge", action="store_true", help="also delete the brokers' data")
+        lp.set_defaults(run=cmd_local)
+
+    p = sub.add_parser("mm1", help="map MirrorMaker 1 / Go mirror maker flags onto an MM2 config")
+    p.add_argument("--consumer.config", dest="consumer_configs", action="append", default=[], metavar="FILE",
+                   help="source cluster consumer properties (repeat for several sources)")
+    p.add_argument("--producer.config", dest="producer_config", metavar="FILE", help="target producer properties")
+    p.add_argument("--whitelist", help="regex of topics to mirror")
+    p.add_argument("--blacklist", help="regex of topics not to mirror")
+    p.add_argument("--prefix", help="prefix for remote topic names")
+    p.add_argument("--num.streams", dest="num_streams", type=int, default=1, help="parallelism (tasks.max)")
+    p.add_argument("--num.producers", dest="num_producers", type=int, default=1, help="accepted, not needed")
+    p.add_argument("--preserve.partitions", dest="preserve_partitions", action="store_true",
+                   help="accepted: mirrorflow always keeps partitions")
+    p.add_argument("--preserve.order", dest="preserve_order", action="store_true",
+                   help="accepted: mirrorflow always keeps order")
+    p.add_argument("--output", metavar="FILE", help="write the MM2 properties here (mode 0600, secrets kept)")
+    p.set_defaults(run=cmd_mm1)
+
+    for name, text in PLANNED.items():
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--flow", metavar="SOURCE->TARGET", help="one flow (default: every enabled flow)")
+        _add_json(p)
+        p.set_defaults(run=cmd_planned)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    run: Callable[[argparse.Namespace], int] = args.run
+    try:
+        return run(args)
+    except MirrorflowError as exc:
+        print(f"mirrorflow: error: {_one_line(str(exc))}", file=sys.stderr)
+        for extra in getattr(exc, "problems", [])[1:]:
+            print(f"mirrorflow: error: {_one_line(str(extra))}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _config_path(args: argparse.Namespace) -> str:
+    return str(args.config or os.environ.get("MIRRORFLOW_CONFIG") or DEFAULT_CONFIG)
+
+
+def load_config(args: argparse.Namespace) -> configmod.MirrorConfig:
+    cfg = configmod.load(_config_path(args))
+    for w in cfg.warnings:
+        print(f"mirrorflow: warning: {w}", file=sys.stderr)
+    if args.clusters:
+        cfg = cfg.select_clusters(args.clusters)
+    return cfg
+
+
+def _print(data: Any, as_json: bool, text: str) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True) if as_json else text)
+
+
+def describe(cfg: configmod.MirrorConfig) -> dict[str, Any]:
+    """What a config defines, secrets masked (for `validate --json`)."""
+    return {
+        "config": cfg.source,
+        "clusters": {a: {"bootstrap.servers": c.bootstrap_servers, "exactly_once": c.exactly_once}
+                     for a, c in cfg.clusters.items()},
+        "flows": [{"name": f.name, "enabled": f.enabled, "source": f.source, "target": f.target,
+                   "policy": type(f.policy).__name__,
+                   "settings": {k: s.shown for k, s in sorted(f.settings.items())}} for f in cfg.flows],
+        "warnings": list(cfg.warnings),
+    }
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    flows = ", ".join(f.name for f in cfg.enabled_flows) or "none"
+    _print(describe(cfg), args.json,
+           f"{cfg.source}: valid: {len(cfg.clusters)} clusters ({', '.join(cfg.clusters)}); "
+           f"enabled flows: {flows}")
+    return 0
+
+
+def cmd_local(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    if args.action == "up":
+        states = local.up(cfg, args.aliases, secure=args.secure)
+    elif args.action == "down":
+        states = local.down(cfg, args.aliases, purge=args.purge)
+    else:
+        states = local.status(cfg, args.aliases)
+    lines = [f"{s.alias}: {'running' if s.running else 'stopped'}"
+             f"{f' (pid {s.pid})' if s.pid else ''} on port {s.port}"
+             f"{', secure (SASL + ACLs)' if s.secure else ''}" for s in states]
+    _print([s.as_dict() for s in states], args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_mm1(args: argparse.Namespace) -> int:
+    flags = legacy.LegacyFlags(args.consumer_configs, args.producer_config, args.whitelist, args.blacklist,
+                               args.prefix, args.num_streams, args.preserve_partitions, args.preserve_order)
+    entries = legacy.to_properties(flags)
+    text = legacy.render(entries, mask=False)
+    cfg = configmod.from_text(text, source=args.output or "<mm1 flags>")
+    if args.output:
+        out = Path(args.output)
+        out.write_text(text)
+        out.chmod(0o600)
+        print(f"wrote {out}: {len(cfg.clusters)} clusters, flows {', '.join(f.name for f in cfg.enabled_flows)}")
+    else:
+        print(legacy.render(entries, mask=True), end="")
+    return 0
+
+
+def cmd_planned(args: argparse.Namespace) -> int:
+    raise MirrorflowError(f"'{args.command}' is not available in this version of mirrorflow yet")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,392 @@
+"""Real local Kafka clusters: one KRaft broker (broker+controller) per alias bootstrapped on localhost.
+
+The broker listens on the port of the alias's bootstrap address and its controller on that port + 1.
+Everything a broker owns lives under `{home}/local/{alias}/`: its config, data, log and pid file.
+
+Invariants:
+  A. `up` is idempotent: an alias whose broker runs (pid alive, started from our config) is left alone;
+  B. `down` stops only processes whose pid file we wrote and whose command line names our config;
+  C. a stopped cluster keeps its data: `up` again resumes it (`down --purge` forgets it);
+  D. a secure cluster accepts only SASL clients and authorizes with KRaft's StandardAuthorizer; the
+     super user's password is the one the config gives that alias, else a generated one kept in a
+     0600 file beside the broker, and never printed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirrorflow import maven
+from mirrorflow.client_config import jaas_credentials
+from mirrorflow.config import Cluster, MirrorConfig
+from mirrorflow.errors import LocalClusterError
+
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
+HEAP = os.environ.get("MIRRORFLOW_BROKER_HEAP", "384m")
+START_TIMEOUT_S = float(os.environ.get("MIRRORFLOW_BROKER_START_TIMEOUT", "90"))
+SUPER_USER = "admin"
+
+
+def home() -> Path:
+    """The git-ignored runtime folder (`MIRRORFLOW_HOME`, default `./.mirrorflow`)."""
+    return Path(os.environ.get("MIRRORFLOW_HOME", ".mirrorflow")).resolve()
+
+
+def jar_cache() -> Path:
+    return Path(os.environ.get("MIRRORFLOW_JAR_CACHE", str(home() / "jars"))).resolve()
+
+
+@dataclass(frozen=True)
+class LocalBroker:
+    alias: str
+    host: str
+    port: int
+    secure: bool
+    folder: Path
+
+    @property
+    def controller_port(self) -> int:
+        return self.port + 1
+
+    @property
+    def pid_file(self) -> Path:
+        return self.folder / "broker.pid"
+
+    @property
+    def config_file(self) -> Path:
+        return self.folder / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "broker.log"
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.folder / "super-user.json"
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    alias: str
+    port: int
+    running: bool
+    pid: int | None
+    secure: bool
+    reachable: bool
+
+    def as_dict(self) -> dict[str, object]:
+        return {"alias": self.alias, "port": self.port, "running": self.running, "pid": self.pid,
+                "secure": self.secure, "reachable": self.reachable}
+
+
+def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False) -> list[LocalBroker]:
+    """The brokers this config asks for: aliases whose every bootstrap address is on localhost."""
+    wanted = list(aliases)
+    for a in wanted:
+        config.cluster(a)
+    out = []
+    for alias, cluster in config.clusters.items():
+        if wanted and alias not in wanted:
+            continue
+        address = _local_address(cluster)
+        if address is None:
+            if wanted:
+                raise LocalClusterError(f"cluster {alias!r}: bootstrap.servers "
+                                        f"{cluster.bootstrap_servers!r} is not on localhost")
+            continue
+        host, port = address
+        protocol = cluster.client_config("admin").get("security.protocol", "PLAINTEXT").upper()
+        out.append(LocalBroker(alias, host, port, secure or protocol.startswith("SASL"),
+                               home() / "local" / alias))
+    return out
+
+
+def _local_address(cluster: Cluster) -> tuple[str, int] | None:
+    addresses = [a.strip() for a in cluster.bootstrap_servers.split(",") if a.strip()]
+    parsed = []
+    for a in addresses:
+        host, _, port = a.rpartition(":")
+        if host not in LOCAL_HOSTS or not port.isdigit():
+            return None
+        parsed.append((host.strip("[]"), int(port)))
+    return parsed[0] if parsed else None
+
+
+def up(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False) -> list[BrokerStatus]:
+    """Start every local broker that is not running yet and wait until each serves requests."""
+    brokers = local_brokers(config, aliases, secure=secure)
+    if not brokers:
+        raise LocalClusterError("no cluster in the config has its bootstrap.servers on localhost")
+    _require_java()
+    jars = maven.fetch("kafka-broker", maven.KAFKA_BROKER, jar_cache())
+    started = []
+    for b in brokers:
+        if _running_pid(b) is not None:
+            continue
+        _check_ports_free(b)
+        _prepare(b, config.clusters[b.alias], jars)
+        offset = b.log_file.stat().st_size if b.log_file.exists() else 0
+        started.append((b, _spawn(b, jars), offset))
+    for b, proc, offset in started:
+        _wait_until_serving(b, proc, offset)
+    return [_status(b) for b in brokers]
+
+
+def down(config: MirrorConfig, aliases: Iterable[str] = (), *, purge: bool = False) -> list[BrokerStatus]:
+    """Stop the brokers this launcher started (SIGTERM, then SIGKILL after 30 s)."""
+    brokers = local_brokers(config, aliases)
+    for b in brokers:
+        pid = _running_pid(b)
+        if pid is not None:
+            _terminate(pid)
+        b.pid_file.unlink(missing_ok=True)
+        if purge:
+            shutil.rmtree(b.folder, ignore_errors=True)
+    return [_status(b) for b in brokers]
+
+
+def status(config: MirrorConfig, aliases: Iterable[str] = ()) -> list[BrokerStatus]:
+    return [_status(b) for b in local_brokers(config, aliases)]
+
+
+def super_user_credentials(broker: LocalBroker) -> tuple[str, str]:
+    """The super user of a secure local broker (username, password)."""
+    data = json.loads(broker.credentials_file.read_text())
+    return data["username"], data["password"]
+
+
+def _status(b: LocalBroker) -> BrokerStatus:
+    pid = _running_pid(b)
+    state = _read_state(b)
+    return BrokerStatus(b.alias, b.port, pid is not None, pid, bool(state.get("secure", b.secure)),
+                        _port_open(b.host, b.port))
+
+
+def _require_java() -> None:
+    if shutil.which("java") is None:
+        raise LocalClusterError("Java is not installed: Kafka needs Java 17 "
+                                "(apt-get install openjdk-17-jre-headless)")
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _check_ports_free(b: LocalBroker) -> None:
+    for port, role in ((b.port, "broker"), (b.controller_port, "controller")):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((b.host if b.host != "localhost" else "127.0.0.1", port))
+            except OSError:
+                raise LocalClusterError(f"cluster {b.alias!r}: {role} port {port} is already in use by "
+                                        "another process") from None
+
+
+def _read_state(b: LocalBroker) -> dict[str, object]:
+    try:
+        return dict(json.loads((b.folder / "state.json").read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _running_pid(b: LocalBroker) -> int | None:
+    try:
+        pid = int(b.pid_file.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    return pid if str(b.config_file) in cmdline else None
+
+
+def _credentials(b: LocalBroker, cluster: Cluster) -> tuple[str, str]:
+    jaas = cluster.client_config("admin").get("sasl.jaas.config")
+    creds = jaas_credentials(jaas) if jaas else None
+    if creds is None and b.credentials_file.exists():
+        return super_user_credentials(b)
+    if creds is None:
+        creds = (SUPER_USER, secrets.token_urlsafe(18))
+    b.credentials_file.write_text(json.dumps({"username": creds[0], "password": creds[1]}))
+    b.credentials_file.chmod(0o600)
+    return creds
+
+
+def _jaas_value(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _server_properties(b: LocalBroker, creds: tuple[str, str] | None) -> str:
+    data = b.folder / "data"
+    lines = [
+        "process.roles=broker,controller", "node.id=1",
+        f"controller.quorum.voters=1@{b.host}:{b.controller_port}",
+        "controller.listener.names=CONTROLLER",
+        f"log.dirs={data}", "num.partitions=1", "auto.create.topics.enable=false",
+        "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=10",
+        "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
+        "transaction.state.log.num.partitions=4",
+        "share.coordinator.state.topic.replication.factor=1", "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0", "log.segment.bytes=67108864",
+        "log.cleaner.dedupe.buffer.size=8388608", "num.network.threads=2", "num.io.threads=4",
+        "message.max.bytes=10485760", "replica.fetch.max.bytes=10485760",
+    ]
+    if creds is None:
+        lines += [
+            f"listeners=PLAINTEXT://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller_port}",
+            f"advertised.listeners=PLAINTEXT://{b.host}:{b.port}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        ]
+        return "\n".join(lines) + "\n"
+    user, password = (_jaas_value(c) for c in creds)
+    plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="{user}" '
+             f'password="{password}" user_{user}="{password}";')
+    scram = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    lines += [
+        f"listeners=SASL_PLAINTEXT://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller_port}",
+        f"advertised.listeners=SASL_PLAINTEXT://{b.host}:{b.port}",
+        "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+        "inter.broker.listener.name=SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.mechanism.inter.broker.protocol=PLAIN", "sasl.mechanism.controller.protocol=PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms=PLAIN",
+        f"listener.name.controller.plain.sasl.jaas.config={plain}",
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={plain}",
+        f"listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config={scram}",
+        f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={scram}",
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        f"super.users=User:{creds[0]}", "allow.everyone.if.no.acl.found=false",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+_LOG4J2 = """Configuration:
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka.request.logger
+        level: WARN
+      - name: org.apache.kafka.controller
+        level: WARN
+      - name: kafka.log.LogCleaner
+        level: WARN
+"""
+
+
+def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
+    b.folder.mkdir(parents=True, exist_ok=True)
+    state = _read_state(b)
+    if state and bool(state.get("secure")) != b.secure:
+        was = "secure" if state.get("secure") else "not secure"
+        raise LocalClusterError(f"cluster {b.alias!r} was created {was}; run `mirrorflow local down "
+                                f"--purge {b.alias}` to recreate it")
+    creds = _credentials(b, cluster) if b.secure else None
+    b.config_file.write_text(_server_properties(b, creds))
+    b.config_file.chmod(0o600)
+    (b.folder / "log4j2.yaml").write_text(_LOG4J2)
+    if (b.folder / "data" / "meta.properties").exists():
+        return
+    cmd = ["java", "-Xmx256m", "-cp", maven.classpath(jars), "kafka.tools.StorageTool", "format",
+           "-t", _cluster_id(), "-c", str(b.config_file)]
+    if creds is not None:
+        for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            cmd += ["--add-scram", f"{mech}=[name={creds[0]},password={creds[1]}]"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        tail = " | ".join(proc.stdout.strip().splitlines()[-2:] + proc.stderr.strip().splitlines()[-2:])
+        raise LocalClusterError(f"cluster {b.alias!r}: formatting the storage failed: {tail}")
+    (b.folder / "state.json").write_text(json.dumps({"secure": b.secure, "port": b.port}))
+
+
+def _cluster_id() -> str:
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _spawn(b: LocalBroker, jars: Path) -> subprocess.Popen[bytes]:
+    log = b.log_file.open("ab")
+    cmd = ["java", f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+           "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
+           f"-Dlog4j2.configurationFile={b.folder / 'log4j2.yaml'}",
+           "-cp", maven.classpath(jars), "kafka.Kafka", str(b.config_file)]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True)
+    log.close()
+    b.pid_file.write_text(str(proc.pid))
+    return proc
+
+
+def _wait_until_serving(b: LocalBroker, proc: subprocess.Popen[bytes], offset: int) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise LocalClusterError(f"cluster {b.alias!r}: the broker exited with code {proc.returncode}; "
+                                    f"log tail: {_log_tail(b)}")
+        text = b.log_file.read_bytes()[offset:].decode(errors="replace")
+        if "Kafka Server started" in text and _port_open(b.host, b.port):
+            return
+        time.sleep(0.25)
+    _terminate(proc.pid)
+    raise LocalClusterError(f"cluster {b.alias!r}: the broker did not come up within {START_TIMEOUT_S:.0f} s; "
+                            f"log tail: {_log_tail(b)}")
+
+
+def _log_tail(b: LocalBroker, lines: int = 3) -> str:
+    try:
+        text = b.log_file.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return " | ".join(line[:300] for line in text[-lines:]) or "(empty log)"
+
+
+def _terminate(pid: int, timeout: float = 30.0) -> None:
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+            _reap(pid)
+            return
+        time.sleep(0.2)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
