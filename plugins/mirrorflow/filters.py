@@ -128,18 +128,16 @@ class NameFilter:
                                  line=exclude_line))
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_inc", re.compile("|".join(f"(?:{p})" for p in self.include))
-                           if self.include else None)
-        object.__setattr__(self, "_exc", re.compile("|".join(f"(?:{p})" for p in self.exclude))
-                           if self.exclude else None)
+        # Compiled one by one: Java allows a leading (?i) in each list item, Python only at the start.
+        object.__setattr__(self, "_inc", tuple(re.compile(p) for p in self.include))
+        object.__setattr__(self, "_exc", tuple(re.compile(p) for p in self.exclude))
 
     def selects(self, name: str) -> bool:
         """True iff some include regex matches the whole name and no exclude regex does."""
-        inc: re.Pattern[str] | None = self._inc  # type: ignore[attr-defined]
-        exc: re.Pattern[str] | None = self._exc  # type: ignore[attr-defined]
-        if inc is None or inc.fullmatch(name) is None:
-            return False
-        return exc is None or exc.fullmatch(name) is None
+        inc: tuple[re.Pattern[str], ...] = self._inc  # type: ignore[attr-defined]
+        exc: tuple[re.Pattern[str], ...] = self._exc  # type: ignore[attr-defined]
+        return (any(p.fullmatch(name) for p in inc)
+                and not any(p.fullmatch(name) for p in exc))
 
 
 def _compile_list(value: str, *, key: str, source: str | None, line: int | None) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ MIRROR_MAKER = (
     f"org.apache.kafka:connect-mirror-client:{KAFKA_VERSION}",
     *KAFKA_BROKER[2:],
 )
+MIRROR_CLIENT = (f"org.apache.kafka:connect-mirror-client:{KAFKA_VERSION}", *KAFKA_BROKER[2:])
 SPARK_KAFKA = (f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",)
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>

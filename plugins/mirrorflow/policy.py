@@ -3,9 +3,10 @@
 Behaviour matches MM2's `DefaultReplicationPolicy` and `IdentityReplicationPolicy` (checked against
 MM2's own classes in tests/test_policy_against_mm2.py). Invariants, each tested:
   A. default: topic_source(remote_topic(a, t)) == a and upstream_topic(remote_topic(a, t)) == t
-     for every alias a that does not contain the separator and is not empty;
+     for every non-empty alias sharing no character with the separator and every non-empty topic
+     not ending in the separator;
   B. original_topic is a fixed point: original_topic(original_topic(t)) == original_topic(t);
-  C. identity: remote_topic(a, t) == t, except the heartbeats topic, named as by default;
+  C. identity: remote_topic(a, t) == t, except names ending in "heartbeats", named as by default;
   D. a topic is a cycle for target T iff some hop of its name (following upstream_topic) came from T.
 """
 
@@ -68,17 +69,17 @@ class IdentityReplicationPolicy:
         return DefaultReplicationPolicy(self.separator)
 
     def remote_topic(self, source_alias: str, topic: str) -> str:
-        if is_heartbeats_topic(self._default(), topic):
+        if _looks_like_heartbeats(topic):
             return self._default().remote_topic(source_alias, topic)
         return topic
 
     def topic_source(self, topic: str) -> str | None:
-        if is_heartbeats_topic(self._default(), topic):
+        if _looks_like_heartbeats(topic):
             return self._default().topic_source(topic)
         return self.source_alias
 
     def upstream_topic(self, topic: str) -> str | None:
-        if is_heartbeats_topic(self._default(), topic):
+        if _looks_like_heartbeats(topic):
             return self._default().upstream_topic(topic)
         return topic
 
@@ -94,7 +95,7 @@ class PrefixReplicationPolicy:
     separator: str = "."
 
     def remote_topic(self, source_alias: str, topic: str) -> str:
-        if is_heartbeats_topic(DefaultReplicationPolicy(self.separator), topic):
+        if _looks_like_heartbeats(topic):
             return DefaultReplicationPolicy(self.separator).remote_topic(source_alias, topic)
         return f"{self.prefix}{topic}"
 
@@ -103,6 +104,11 @@ class PrefixReplicationPolicy:
 
     def upstream_topic(self, topic: str) -> str | None:
         return topic[len(self.prefix):] if self.prefix and topic.startswith(self.prefix) else None
+
+
+def _looks_like_heartbeats(topic: str) -> bool:
+    # MM2's identity policy treats any name ending in "heartbeats" as a heartbeats topic.
+    return topic.endswith(HEARTBEATS_TOPIC)
 
 
 def original_topic(policy: ReplicationPolicy, topic: str) -> str:
@@ -130,12 +136,14 @@ def offset_syncs_topic(policy: ReplicationPolicy, alias: str) -> str:
 
 
 def is_internal_topic(policy: ReplicationPolicy, topic: str) -> bool:
-    """MM2's rule: Kafka-internal (`__*`, `.*`), Connect-internal (`*.internal`, `*-internal`) or MM2's."""
+    """MM2 4.x's rule: Kafka-internal (`__*`, `.*`) or MM2's own (`mm2*{sep}internal`, checkpoints).
+
+    Connect's `*.internal` and `*-internal` topics are kept out by the default `topics.exclude`, not here.
+    """
     sep = policy.separator
     mm2_internal = topic.startswith("mm2") and topic.endswith(f"{sep}internal") or (
         topic.endswith(f"{sep}checkpoints{sep}internal"))
-    return (mm2_internal or topic.startswith(("__", "."))
-            or topic.endswith(("-internal", ".internal")))
+    return mm2_internal or topic.startswith(("__", "."))
 
 
 def is_cycle(policy: ReplicationPolicy, topic: str, target_alias: str) -> bool:

@@ -1,0 +1,72 @@
+"""Shared fixtures: real local Kafka clusters, started once per test session by mirrorflow's launcher."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mirrorflow import config, local
+
+REPO = Path(__file__).resolve().parent.parent
+PORTS = {"alpha": 39092, "beta": 39192, "gamma": 39292}
+SECURE_ALIAS = "gamma"
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def cluster_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A private MIRRORFLOW_HOME for the session's brokers; the jar cache is shared with the repo's."""
+    home = tmp_path_factory.mktemp("mirrorflow-home")
+    saved = {k: os.environ.get(k) for k in ("MIRRORFLOW_HOME", "MIRRORFLOW_JAR_CACHE", "GAMMA_PASSWORD")}
+    os.environ["MIRRORFLOW_HOME"] = str(home)
+    os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
+    os.environ["GAMMA_PASSWORD"] = secrets.token_urlsafe(12)
+    yield dict(os.environ)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def clusters_text() -> str:
+    return f"""
+clusters = alpha, beta, gamma
+alpha.bootstrap.servers = 127.0.0.1:{PORTS['alpha']}
+beta.bootstrap.servers = 127.0.0.1:{PORTS['beta']}
+gamma.bootstrap.servers = 127.0.0.1:{PORTS['gamma']}
+gamma.security.protocol = SASL_PLAINTEXT
+gamma.sasl.mechanism = SCRAM-SHA-512
+gamma.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required \\
+    username="admin" password="${{env:GAMMA_PASSWORD}}";
+alpha->beta.enabled = true
+beta->alpha.enabled = true
+alpha->gamma.enabled = true
+replication.factor = 1
+"""
+
+
+@pytest.fixture(scope="session")
+def clusters_file(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "connect-mirror-maker.properties"
+    path.write_text(clusters_text())
+    return path
+
+
+@pytest.fixture(scope="session")
+def local_clusters(clusters_file: Path) -> Iterator[config.MirrorConfig]:
+    """Three real brokers (alpha, beta plain; gamma SASL + ACLs), up for the whole session."""
+    cfg = config.load(clusters_file)
+    local.up(cfg)
+    try:
+        yield cfg
+    finally:
+        local.down(cfg, purge=True)
