@@ -46,8 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                      "stream (PySpark) with sync, checkpoints and runbooks (Airflow).")
     parser.add_argument("--config", metavar="FILE",
                         help=f"connect-mirror-maker.properties (default: $MIRRORFLOW_CONFIG or {DEFAULT_CONFIG})")
-    parser.add_argument("--clusters", nargs="+", metavar="ALIAS",
-                        help="as MM2's --clusters: only the flows whose target is one of these")
+    parser.add_argument("--clusters", action="extend", metavar="ALIAS[,ALIAS]",
+                        type=lambda v: [a.strip() for a in v.split(",") if a.strip()],
+                        help="as MM2's --clusters: only the flows whose target is one of these "
+                             "(comma separated or repeated)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 

@@ -265,10 +265,10 @@ class _Reader:
             if k in keys.FLOW_KEY_BY_NAME:
                 self.check_value(top[k], keys.FLOW_KEY_BY_NAME[k])
         flows = tuple(self.build_flow(src, tgt, top, over) for (src, tgt), over in flow_overrides.items())
-        if aliases and not any(f.enabled for f in flows):
-            self.warn(None, None, "no flow is enabled: add {source}->{target}.enabled = true")
         if self.errors:
             raise InvalidConfig(self.errors)
+        if not any(f.enabled for f in flows):
+            self.warn(None, None, "no flow is enabled: add {source}->{target}.enabled = true")
         return MirrorConfig(self.source, clusters, flows, top, tuple(self.warnings))
 
     def read_aliases(self) -> list[str]:

@@ -1,0 +1,76 @@
+"""The command-line contract, run as a user runs it: exit codes and one-line messages."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mirrorflow.cli import PLANNED
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mirrorflow.cli", *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("name", ["active-passive", "active-active", "xdcr-six-clusters"])
+def test_validate_accepts_the_mm2_documentation_examples(name: str) -> None:
+    r = run("--config", f"include/examples/{name}.properties", "validate")
+    assert r.returncode == 0, r.stderr
+    assert "valid:" in r.stdout
+
+
+def test_validate_json_lists_flows_and_masks_secrets(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.properties"
+    cfg.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\n"
+                   "A->B.enabled = true\nA.sasl.jaas.config = x password=\"${env:PW}\";\n"
+                   "A->B.ssl.truststore.password = plain-secret\n")
+    r = run("--config", str(cfg), "validate", "--json", env={"PW": "hunter2", "PATH": "/usr/bin"})
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert [f["name"] for f in data["flows"]] == ["A->B"]
+    assert data["flows"][0]["settings"]["ssl.truststore.password"] == "[hidden]"
+    assert "hunter2" not in r.stdout + r.stderr and "plain-secret" not in r.stdout + r.stderr
+
+
+def test_bad_config_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
+    cfg = tmp_path / "bad.properties"
+    cfg.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->C.enabled = true\n")
+    r = run("--config", str(cfg), "validate")
+    assert r.returncode == 2
+    assert r.stderr.startswith(f"mirrorflow: error: {cfg}:4: A->C.enabled: ")
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_config_from_the_environment_and_missing_file() -> None:
+    r = run("validate", env={"MIRRORFLOW_CONFIG": "include/examples/active-passive.properties", "PATH": "/usr/bin"})
+    assert r.returncode == 0 and "active-passive" in r.stdout
+    r = run("--config", "nope.properties", "validate")
+    assert r.returncode == 2 and r.stderr == "mirrorflow: error: nope.properties: file not found\n"
+
+
+def test_usage_errors_exit_2() -> None:
+    assert run("frobnicate").returncode == 2
+    assert run().returncode == 2
+
+
+def test_every_command_has_help() -> None:
+    for command in ["validate", "local", "mm1", *PLANNED]:
+        r = run(command, "--help")
+        assert r.returncode == 0 and "usage: mirrorflow" in r.stdout, command
+
+
+def test_a_command_not_built_yet_says_so_and_exits_1() -> None:
+    r = run("stream", "--flow", "primary->backup")
+    assert r.returncode == 1 and "not available" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_clusters_selection_unknown_alias_exits_2() -> None:
+    r = run("--config", "include/examples/xdcr-six-clusters.properties", "--clusters", "south-1", "validate")
+    assert r.returncode == 2 and "unknown cluster alias 'south-1'" in r.stderr

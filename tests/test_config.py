@@ -1,0 +1,147 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirrorflow import config
+from mirrorflow.config import InvalidConfig
+from mirrorflow.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "include" / "examples"
+BASE = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n"
+
+
+def load(text: str, env: dict[str, str] | None = None) -> config.MirrorConfig:
+    return config.from_text(text, source="mm2.properties", env=env or {})
+
+
+def problems(text: str) -> list[str]:
+    with pytest.raises(InvalidConfig) as info:
+        load(text)
+    return [str(p) for p in info.value.problems]
+
+
+def test_active_passive_example_of_the_mm2_docs() -> None:
+    cfg = config.load(EXAMPLES / "active-passive.properties")
+    (flow,) = cfg.enabled_flows
+    assert flow.name == "primary->secondary"
+    assert flow.topic_filter.selects("quux-1") and not flow.topic_filter.selects("other")
+    assert flow.policy.remote_topic("primary", "foobar-topic") == "primary.foobar-topic"
+
+
+def test_active_active_example_is_read_despite_the_docs_case_typo() -> None:
+    cfg = config.load(EXAMPLES / "active-active.properties")
+    assert [f.name for f in cfg.enabled_flows] == ["us-west->us-east", "us-east->us-west"]
+    assert cfg.clusters["us-east"].bootstrap_servers == "broker3-east:9092,broker4-east:9092"
+    assert any("Us-east.bootstrap.servers: names cluster 'us-east' in another case" in w for w in cfg.warnings)
+
+
+def test_six_cluster_xdcr_example() -> None:
+    cfg = config.load(EXAMPLES / "xdcr-six-clusters.properties")
+    assert len(cfg.clusters) == 6 and len(cfg.enabled_flows) == 12
+    assert cfg.select_clusters(["west-1", "west-2"]).enabled_flows == tuple(
+        f for f in cfg.enabled_flows if f.target in ("west-1", "west-2"))
+
+
+def test_flow_override_beats_top_level_beats_default() -> None:
+    cfg = load(BASE + "A->B.enabled = true\ntopics = t.*\nreplication.factor = 3\n"
+               "A->B.replication.factor = 1\n")
+    flow = cfg.flow("A->B")
+    assert flow.number("replication.factor") == 1
+    assert flow.settings["replication.factor"].key == "A->B.replication.factor"
+    assert flow.value("topics") == "t.*"
+    assert flow.number("offset.lag.max") == 100 and flow.settings["offset.lag.max"].line is None
+
+
+def test_legacy_blacklist_key_is_read_as_topics_exclude() -> None:
+    flow = load(BASE + "A->B.enabled = true\ntopics.blacklist = secret.*\n").flow("A->B")
+    assert not flow.topic_filter.selects("secret1") and flow.topic_filter.selects("public")
+
+
+def test_identity_policy_by_short_and_full_class_name() -> None:
+    for cls in ("IdentityReplicationPolicy", "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"):
+        flow = load(BASE + f"A->B.enabled = true\nreplication.policy.class = {cls}\n").flow("A->B")
+        assert isinstance(flow.policy, IdentityReplicationPolicy)
+    flow = load(BASE + "A->B.enabled = true\nA->B.replication.policy.separator = _\n").flow("A->B")
+    assert flow.policy == DefaultReplicationPolicy("_")
+
+
+def test_client_overrides_follow_mm2_precedence() -> None:
+    cfg = load(BASE + "security.protocol = SSL\nA.security.protocol = SASL_SSL\n"
+               "A.consumer.isolation.level = read_committed\nA.producer.acks = all\n"
+               "A.admin.bootstrap.servers = admin-a:9092\nconsumer.fetch.min.bytes = 10\n")
+    a, b = cfg.clusters["A"], cfg.clusters["B"]
+    assert a.client_config("consumer")["security.protocol"] == "SASL_SSL"
+    assert a.client_config("consumer")["isolation.level"] == "read_committed"
+    assert a.client_config("consumer")["fetch.min.bytes"] == "10"
+    assert "acks" not in a.client_config("consumer") and a.client_config("producer")["acks"] == "all"
+    assert a.client_config("admin")["bootstrap.servers"] == "admin-a:9092"
+    assert b.client_config("producer")["security.protocol"] == "SSL"
+
+
+def test_secrets_come_from_placeholders_and_are_never_shown() -> None:
+    cfg = load(BASE + 'A.sasl.jaas.config = x required password="${env:PW}";\n'
+               "A.ssl.key.password = ${env:PW}\nA->B.enabled = true\n", env={"PW": "hunter2"})
+    a = cfg.clusters["A"]
+    assert a.client_config("admin")["sasl.jaas.config"] == 'x required password="hunter2";'
+    assert a.settings["ssl.key.password"].shown == "[hidden]"
+    assert "hunter2" not in repr(a.settings["sasl.jaas.config"].shown)
+
+
+def test_file_placeholder(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets.properties"
+    secrets.write_text("pw = from-file\n")
+    cfg = load(BASE + f"A.ssl.key.password = ${{file:{secrets}:pw}}\n")
+    assert cfg.clusters["A"].client_config("admin")["ssl.key.password"] == "from-file"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (BASE + "A->C.enabled = true\n", "mm2.properties:4: A->C.enabled: flow A->C... names no known target"),
+    (BASE + "X->B.enabled = true\n", "mm2.properties:4: X->B.enabled: unknown cluster alias 'X' in flow"),
+    (BASE + "A->A.enabled = true\n", "mm2.properties:4: A->A.enabled: a flow from cluster 'A' to itself"),
+    ("clusters = A, B\nA.bootstrap.servers = a:9092\n", "mm2.properties:1: B.bootstrap.servers: cluster 'B' has no"),
+    (BASE + "topics = ok, bad[\n", "mm2.properties:4: topics: bad regex 'bad['"),
+    (BASE + "A->B.topics.exclude = (?<=x\n", "mm2.properties:4: A->B.topics.exclude: bad regex"),
+    (BASE + "A->B.enabled = true\nA->B.offset.lag.max = lots\n",
+     "mm2.properties:5: A->B.offset.lag.max: expected a whole number, got 'lots'"),
+    (BASE + "replication.factor = 0\n", "mm2.properties:4: replication.factor: must be positive"),
+    (BASE + "A->B.enabled = yes\n", "mm2.properties:4: A->B.enabled: expected true or false, got 'yes'"),
+    (BASE + "offset-syncs.topic.location = middle\n", "offset-syncs.topic.location: expected one of source, target"),
+    (BASE + "B.exactly.once.source.support = on\n", "B.exactly.once.source.support: expected one of disabled"),
+    (BASE + "replication.policy.class = com.acme.MyPolicy\n", "unsupported replication policy 'com.acme.MyPolicy'"),
+    (BASE + "A.sasl.jaas.config = ${env:NOPE_NOT_SET}\n", "A.sasl.jaas.config: environment variable NOPE_NOT_SET"),
+    ("A.bootstrap.servers = a:1\n", "clusters: required key is missing: list the cluster aliases (bootstrap"),
+    ("clusters = A, A\nA.bootstrap.servers = a:1\n", "cluster alias 'A' is listed twice"),
+])
+def test_bad_input_is_reported_with_file_line_and_key(text: str, expected: str) -> None:
+    assert any(expected in p for p in problems(text)), problems(text)
+
+
+def test_every_problem_is_reported_not_only_the_first() -> None:
+    found = problems(BASE + "A->C.enabled = true\nreplication.factor = x\n")
+    assert len(found) == 2
+
+
+@pytest.mark.parametrize(("text", "warning"), [
+    (BASE + "A->B.enabled = true\ntopcis = .*\n", "topcis: unknown key, ignored; did you mean 'topics'?"),
+    (BASE + "A->B.enabled = true\nA->B.emit.heartbeats = false\n",
+     "unknown flow setting 'emit.heartbeats'; did you mean 'emit.heartbeats.enabled'?"),
+    (BASE + "A->B.enabled = true\ntopics = .* # all\n", "properties files have no inline comments"),
+    (BASE + "A->B.enabled = true\ntopics = a\ntopics = b\n", "set again (first on line 5)"),
+    (BASE, "no flow is enabled"),
+])
+def test_suspicious_input_is_a_warning_not_an_error(text: str, warning: str) -> None:
+    assert any(warning in w for w in load(text).warnings), load(text).warnings
+
+
+def test_connect_keys_of_an_mm2_file_are_accepted_silently() -> None:
+    cfg = load(BASE + "A->B.enabled = true\ntasks.max = 4\ndedicated.mode.enable.internal.rest = true\n"
+               "listeners = http://localhost:8080\nkey.converter = x\nconfig.providers = env\n"
+               "config.providers.env.class = org.apache.kafka.common.config.provider.EnvVarConfigProvider\n")
+    assert cfg.warnings == ()
+
+
+def test_cluster_selection_rejects_an_unknown_alias() -> None:
+    with pytest.raises(config.ConfigError, match="unknown cluster alias 'C'"):
+        load(BASE).select_clusters(["C"])
