@@ -65,8 +65,8 @@ def clusters_file(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPath
 def local_clusters(clusters_file: Path) -> Iterator[config.MirrorConfig]:
     """Three real brokers (alpha, beta plain; gamma SASL + ACLs), up for the whole session."""
     cfg = config.load(clusters_file)
-    local.up(cfg)
     try:
+        local.up(cfg)
         yield cfg
     finally:
         local.down(cfg, purge=True)

@@ -131,16 +131,23 @@ def up(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = Fals
         raise LocalClusterError("no cluster in the config has its bootstrap.servers on localhost")
     _require_java()
     jars = maven.fetch("kafka-broker", maven.KAFKA_BROKER, jar_cache())
-    started = []
-    for b in brokers:
-        if _running_pid(b) is not None:
-            continue
-        _check_ports_free(b)
-        _prepare(b, config.clusters[b.alias], jars)
-        offset = b.log_file.stat().st_size if b.log_file.exists() else 0
-        started.append((b, _spawn(b, jars), offset))
-    for b, proc, offset in started:
-        _wait_until_serving(b, proc, offset)
+    started: list[tuple[LocalBroker, subprocess.Popen[bytes], int]] = []
+    try:
+        for b in brokers:
+            if _running_pid(b) is not None:
+                continue
+            _check_ports_free(b)
+            _prepare(b, config.clusters[b.alias], jars)
+            offset = b.log_file.stat().st_size if b.log_file.exists() else 0
+            started.append((b, _spawn(b, jars), offset))
+        for b, proc, offset in started:
+            _wait_until_serving(b, proc, offset)
+    except BaseException:
+        # All or nothing: a failed `up` leaves no broker of its own running.
+        for b, proc, _ in started:
+            _terminate(proc.pid)
+            b.pid_file.unlink(missing_ok=True)
+        raise
     return [_status(b) for b in brokers]
 
 
@@ -191,6 +198,8 @@ def _port_open(host: str, port: int) -> bool:
 def _check_ports_free(b: LocalBroker) -> None:
     for port, role in ((b.port, "broker"), (b.controller_port, "controller")):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            # As the JVM does: TIME_WAIT leftovers of earlier clients do not make a port busy.
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind((b.host if b.host != "localhost" else "127.0.0.1", port))
             except OSError:

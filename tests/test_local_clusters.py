@@ -1,0 +1,122 @@
+"""The launcher against real brokers: plain clusters serve clients, secure ones authenticate and authorize."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+from mirrorflow import config, local
+from mirrorflow.client_config import to_librdkafka
+from mirrorflow.errors import LocalClusterError
+
+pytestmark = pytest.mark.kafka
+QUIET = {"log_level": 0, "logger": lambda *a: None}  # keep expected auth failures out of the output
+
+
+def client(cfg: config.MirrorConfig, alias: str, role: str = "admin", **extra: str) -> dict[str, object]:
+    settings, _ = to_librdkafka(cfg.clusters[alias].client_config(role), cluster=alias)
+    return {**settings, **extra}
+
+
+def roundtrip(conf: dict[str, object], topic: str, count: int = 20) -> list[tuple[bytes | None, bytes | None]]:
+    admin = AdminClient(conf)
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    producer = Producer({**conf, "acks": "all", "enable.idempotence": True})
+    sent = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(count)]
+    for k, v in sent:
+        producer.produce(topic, key=k, value=v, partition=int(k[1:]) % 2)
+    assert producer.flush(30) == 0
+    consumer = Consumer({**conf, "group.id": f"g-{uuid.uuid4()}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    got: list[tuple[bytes | None, bytes | None]] = []
+    deadline = time.monotonic() + 30
+    while len(got) < count and time.monotonic() < deadline:
+        m = consumer.poll(1)
+        if m is not None and m.error() is None:
+            got.append((m.key(), m.value()))
+    consumer.close()
+    return sorted(got)
+
+
+@pytest.mark.parametrize("alias", ["alpha", "beta"])
+def test_plain_local_cluster_serves_producers_and_consumers(local_clusters: config.MirrorConfig, alias: str) -> None:
+    sent = roundtrip(client(local_clusters, alias), f"roundtrip-{alias}")
+    assert sent == sorted((f"k{i}".encode(), f"v{i}".encode()) for i in range(20))
+
+
+def test_up_twice_leaves_one_broker_per_alias(local_clusters: config.MirrorConfig) -> None:
+    before = {s.alias: s.pid for s in local.status(local_clusters)}
+    after = {s.alias: s.pid for s in local.up(local_clusters)}
+    assert before == after and all(after.values())
+    assert all(s.running and s.reachable for s in local.status(local_clusters))
+
+
+def test_secure_cluster_accepts_the_super_user(local_clusters: config.MirrorConfig) -> None:
+    assert [s.secure for s in local.status(local_clusters, ["gamma"])] == [True]
+    sent = roundtrip(client(local_clusters, "gamma"), "roundtrip-secure")
+    assert len(sent) == 20
+
+
+def test_secure_cluster_rejects_unauthenticated_and_wrong_password(local_clusters: config.MirrorConfig) -> None:
+    bootstrap = local_clusters.clusters["gamma"].bootstrap_servers
+    for conf in ({"bootstrap.servers": bootstrap},
+                 {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "admin", "sasl.password": "wrong"}):
+        with pytest.raises(KafkaException):
+            AdminClient({**conf, **QUIET}).list_topics(timeout=4)
+
+
+def test_secure_cluster_authorizes_with_acls(local_clusters: config.MirrorConfig) -> None:
+    admin = AdminClient(client(local_clusters, "gamma"))
+    user, password = f"user-{uuid.uuid4().hex[:6]}", uuid.uuid4().hex
+    upsert = UserScramCredentialUpsertion(user, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                          password.encode())
+    for f in admin.alter_user_scram_credentials([upsert]).values():
+        f.result(30)
+    time.sleep(1)
+    as_user = AdminClient({"bootstrap.servers": local_clusters.clusters["gamma"].bootstrap_servers,
+                           "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                           "sasl.username": user, "sasl.password": password, **QUIET})
+    with pytest.raises(KafkaException) as info:
+        as_user.create_topics([NewTopic(f"denied-{user}", 1, 1)])[f"denied-{user}"].result(30)
+    assert info.value.args[0].code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_taken_port_is_a_clear_error(cluster_env: dict[str, str], tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        cfg = config.from_text(f"clusters = busy\nbusy.bootstrap.servers = 127.0.0.1:{port}\n")
+        with pytest.raises(LocalClusterError, match=f"broker port {port} is already in use"):
+            local.up(cfg)
+
+
+def test_down_stops_only_what_it_started(local_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        fake = local.local_brokers(local_clusters, ["alpha"])[0]
+        cfg = config.from_text("clusters = other\nother.bootstrap.servers = 127.0.0.1:39392\n")
+        (other,) = local.local_brokers(cfg)
+        other.folder.mkdir(parents=True, exist_ok=True)
+        other.pid_file.write_text(str(stranger.pid))  # a pid that is not a broker we started
+        local.down(cfg)
+        assert stranger.poll() is None
+        assert local.status(local_clusters, [fake.alias])[0].running
+    finally:
+        stranger.kill()
+
+
+def test_cli_local_status_json(local_clusters: config.MirrorConfig, clusters_file: Path, cluster_env: dict[str, str]) -> None:
+    r = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(clusters_file), "local", "status",
+                        "--json"], capture_output=True, text=True, env=cluster_env, check=False)
+    assert r.returncode == 0, r.stderr
+    assert '"running": true' in r.stdout and cluster_env["GAMMA_PASSWORD"] not in r.stdout + r.stderr
