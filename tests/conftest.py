@@ -8,7 +8,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from mirrorflow import config, local
 
 REPO = Path(__file__).resolve().parent.parent

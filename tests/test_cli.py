@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mirrorflow.cli import PLANNED
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mirrorflow.client_config import jaas_credentials, to_librdkafka
 from mirrorflow.errors import ConfigError
 

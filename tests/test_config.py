@@ -3,7 +3,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from mirrorflow import config
 from mirrorflow.config import InvalidConfig
 from mirrorflow.policy import DefaultReplicationPolicy, IdentityReplicationPolicy

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mirrorflow.errors import ConfigError
 from mirrorflow.filters import (
     DEFAULT_GROUPS,

@@ -5,7 +5,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from mirrorflow import config, legacy
 from mirrorflow.errors import ConfigError
 from mirrorflow.policy import IdentityReplicationPolicy, PrefixReplicationPolicy

@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
-
+from confluent_kafka.admin import (
+    AdminClient,
+    NewTopic,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
 from mirrorflow import config, local
 from mirrorflow.client_config import to_librdkafka
 from mirrorflow.errors import LocalClusterError
@@ -115,7 +120,9 @@ def test_down_stops_only_what_it_started(local_clusters: config.MirrorConfig, tm
         stranger.kill()
 
 
-def test_cli_local_status_json(local_clusters: config.MirrorConfig, clusters_file: Path, cluster_env: dict[str, str]) -> None:
+def test_cli_local_status_json(
+    local_clusters: config.MirrorConfig, clusters_file: Path, cluster_env: dict[str, str]
+) -> None:
     r = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(clusters_file), "local", "status",
                         "--json"], capture_output=True, text=True, env=cluster_env, check=False)
     assert r.returncode == 0, r.stderr

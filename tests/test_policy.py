@@ -3,14 +3,12 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from mirrorflow.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
     PrefixReplicationPolicy,
     checkpoints_topic,
     is_cycle,
-    is_heartbeats_topic,
     is_internal_topic,
     offset_syncs_topic,
     original_topic,

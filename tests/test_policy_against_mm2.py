@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from mirrorflow import local, maven
 from mirrorflow.policy import (
     DefaultReplicationPolicy,

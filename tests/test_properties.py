@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import pytest
-
 from mirrorflow import properties
 from mirrorflow.errors import ConfigError
 

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from mirrorflow import config as configmod
 from mirrorflow import legacy, local
-from mirrorflow.errors import ConfigError, MirrorflowError
+from mirrorflow.errors import MirrorflowError
 
 DEFAULT_CONFIG = "include/mirrorflow.properties"
 

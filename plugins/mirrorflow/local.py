@@ -15,6 +15,7 @@ Invariants:
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import secrets
@@ -380,10 +381,8 @@ def _terminate(pid: int, timeout: float = 30.0) -> None:
             _reap(pid)
             return
         time.sleep(0.2)
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     _reap(pid)
 
 
@@ -395,7 +394,5 @@ def _is_zombie(pid: int) -> bool:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

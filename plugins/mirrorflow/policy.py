@@ -19,7 +19,8 @@ HEARTBEATS_TOPIC = "heartbeats"
 
 
 class ReplicationPolicy(Protocol):
-    separator: str
+    @property
+    def separator(self) -> str: ...
 
     def remote_topic(self, source_alias: str, topic: str) -> str: ...
     def topic_source(self, topic: str) -> str | None: ...
@@ -141,7 +142,7 @@ def is_internal_topic(policy: ReplicationPolicy, topic: str) -> bool:
     Connect's `*.internal` and `*-internal` topics are kept out by the default `topics.exclude`, not here.
     """
     sep = policy.separator
-    mm2_internal = topic.startswith("mm2") and topic.endswith(f"{sep}internal") or (
+    mm2_internal = (topic.startswith("mm2") and topic.endswith(f"{sep}internal")) or (
         topic.endswith(f"{sep}checkpoints{sep}internal"))
     return mm2_internal or topic.startswith(("__", "."))
 

@@ -1,0 +1,40 @@
+# The two commands of the README: `make demo` (run the embedded default) and `make test`.
+# Both set up everything from a fresh clone: Java and Maven if missing (Debian), uv, the locked venv.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+UV_VERSION := 0.13.9
+VENV := .venv
+BIN := $(VENV)/bin
+export UV_PYTHON_DOWNLOADS := never
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup demo test lint stop clean
+
+setup: $(BIN)/mirrorflow
+
+$(BIN)/mirrorflow: pyproject.toml uv.lock
+	@command -v java >/dev/null && command -v mvn >/dev/null || { \
+	  echo "installing Java 17 and Maven (Kafka brokers and jars come from Maven Central)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven; }
+	@$(PYTHON) -m uv --version 2>/dev/null | grep -q "$(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
+	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
+	@touch $@
+
+demo: setup
+	mirrorflow local up
+	mirrorflow validate
+	mirrorflow local status
+	@echo "Local clusters are up. Stop them with: make stop"
+
+lint: setup
+	ruff check plugins tests
+	mypy
+
+test: setup lint
+	pytest
+
+stop:
+	-mirrorflow local down
+
+clean: stop
+	rm -rf .mirrorflow $(VENV)
