@@ -6,7 +6,6 @@ UV_VERSION := 0.13.9
 VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
-export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup demo test lint stop clean
 
@@ -21,20 +20,20 @@ $(BIN)/mirrorflow: pyproject.toml uv.lock
 	@touch $@
 
 demo: setup
-	mirrorflow local up
-	mirrorflow validate
-	mirrorflow local status
+	$(BIN)/mirrorflow local up
+	$(BIN)/mirrorflow validate
+	$(BIN)/mirrorflow local status
 	@echo "Local clusters are up. Stop them with: make stop"
 
 lint: setup
-	ruff check plugins tests
-	mypy
+	$(BIN)/ruff check plugins tests
+	$(BIN)/mypy
 
 test: setup lint
-	pytest
+	$(BIN)/pytest
 
 stop:
-	-mirrorflow local down
+	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow local down
 
 clean: stop
 	rm -rf .mirrorflow $(VENV)
