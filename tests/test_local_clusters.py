@@ -127,3 +127,22 @@ def test_cli_local_status_json(
                         "--json"], capture_output=True, text=True, env=cluster_env, check=False)
     assert r.returncode == 0, r.stderr
     assert '"running": true' in r.stdout and cluster_env["GAMMA_PASSWORD"] not in r.stdout + r.stderr
+
+
+def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dict[str, str], tmp_path: Path) -> None:
+    cfg_file = tmp_path / "delta.properties"
+    cfg_file.write_text("clusters = delta\ndelta.bootstrap.servers = 127.0.0.1:39492\n")
+    cli = [sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg_file), "local"]
+    try:
+        r = subprocess.run([*cli, "up", "--secure"], capture_output=True, text=True, env=cluster_env, check=False)
+        assert r.returncode == 0, r.stderr
+        (broker,) = local.local_brokers(config.load(cfg_file), secure=True)
+        user, password = local.super_user_credentials(broker)
+        assert password not in r.stdout + r.stderr and oct(broker.credentials_file.stat().st_mode)[-3:] == "600"
+        ok = AdminClient({"bootstrap.servers": "127.0.0.1:39492", "security.protocol": "SASL_PLAINTEXT",
+                          "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
+        ok.create_topics([NewTopic("delta-t", 1, 1)])["delta-t"].result(30)
+        with pytest.raises(KafkaException):
+            AdminClient({"bootstrap.servers": "127.0.0.1:39492", **QUIET}).list_topics(timeout=4)
+    finally:
+        subprocess.run([*cli, "down", "--purge"], capture_output=True, env=cluster_env, check=False)
