@@ -13,6 +13,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from mirrorflow import keys, placeholders, properties
@@ -85,7 +86,10 @@ class Cluster:
 
 @dataclass(frozen=True)
 class Flow:
-    """A directional replication flow `source->target` and its effective settings."""
+    """A directional replication flow `source->target` and its effective settings.
+
+    Filters and the policy are built once per flow (cached): callers ask for them once per topic.
+    """
 
     source: str
     target: str
@@ -108,15 +112,15 @@ class Flow:
     def number(self, key: str) -> int:
         return int(self.value(key).strip())
 
-    @property
+    @cached_property
     def topic_filter(self) -> NameFilter:
         return self._filter("topics", "topics.exclude")
 
-    @property
+    @cached_property
     def group_filter(self) -> NameFilter:
         return self._filter("groups", "groups.exclude")
 
-    @property
+    @cached_property
     def config_exclude(self) -> NameFilter:
         s = self.settings["config.properties.exclude"]
         return NameFilter.from_lists(s.value, "", key=s.key, line=s.line)
@@ -126,7 +130,7 @@ class Flow:
         return NameFilter.from_lists(inc.value, exc.value, key=inc.key, line=inc.line,
                                      exclude_key=exc.key, exclude_line=exc.line)
 
-    @property
+    @cached_property
     def policy(self) -> ReplicationPolicy:
         kind = keys.POLICY_CLASSES[self.value("replication.policy.class").strip()]
         sep = self.value("replication.policy.separator")
@@ -242,7 +246,7 @@ class _Reader:
                     src, tgt, rest = parsed
                     flow_overrides.setdefault((src, tgt), {})[rest] = self.setting(key, e)
                 continue
-            alias, rest = self.split_alias_key(key, e, aliases)
+            alias, rest = self.alias_prefix(key, aliases, line=e.line, key=key)
             if alias is not None:
                 cluster_settings[alias][rest] = self.setting(key, e)
                 continue
@@ -305,9 +309,6 @@ class _Reader:
                 return a, rest
         return None, text
 
-    def split_alias_key(self, key: str, e: properties.Entry, aliases: list[str]) -> tuple[str | None, str]:
-        return self.alias_prefix(key, aliases, line=e.line, key=key)
-
     def split_flow_key(self, key: str, e: properties.Entry, aliases: list[str]) -> tuple[str, str, str] | None:
         src, _, rest = key.partition("->")
         if src not in aliases:
@@ -350,7 +351,7 @@ class _Reader:
             chosen = Setting(k.name, k.default)
             for name in (k.name, *k.aliases):
                 if name in top:
-                    chosen = replace(top[name], key=top[name].key)
+                    chosen = top[name]
             for name in (k.name, *k.aliases):
                 if name in overrides:
                     chosen = replace(overrides[name], key=f"{src}->{tgt}.{name}")
