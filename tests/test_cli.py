@@ -60,13 +60,13 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_every_command_has_help() -> None:
-    for command in ["validate", "local", "mm1", *PLANNED]:
+    for command in ["validate", "local", "mm1", "stream", "status", *PLANNED]:
         r = run(command, "--help")
         assert r.returncode == 0 and "usage: mirrorflow" in r.stdout, command
 
 
 def test_a_command_not_built_yet_says_so_and_exits_1() -> None:
-    r = run("stream", "--flow", "primary->backup")
+    r = run("audit", "--flow", "primary->backup")
     assert r.returncode == 1 and "not available" in r.stderr and "Traceback" not in r.stderr
 
 

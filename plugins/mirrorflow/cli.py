@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -20,10 +22,8 @@ DEFAULT_CONFIG = "include/mirrorflow.properties"
 PLANNED: dict[str, str] = {
     "plan": "show, without changing anything, every topic, partition, config and ACL change sync would make",
     "sync": "create and grow remote topics, sync topic configs and ACLs",
-    "stream": "run the mirror stream of one flow in the foreground (PySpark Structured Streaming)",
     "checkpoint": "translate consumer-group offsets and write checkpoints (one round or --loop)",
     "translate": "print the target offsets of a consumer group, per partition",
-    "status": "show flows, lag, throughput and the age of the newest checkpoint",
     "topology": "print clusters, flows, upstream clusters and replication hops from heartbeats",
     "failover": "run the DR failover runbook (planned or unplanned)",
     "failback": "run the DR failback runbook",
@@ -88,6 +88,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accepted: mirrorflow always keeps order")
     p.add_argument("--output", metavar="FILE", help="write the MM2 properties here (mode 0600, secrets kept)")
     p.set_defaults(run=cmd_mm1)
+
+    p = sub.add_parser("stream", help="run the mirror stream of one flow in the foreground (PySpark "
+                       "Structured Streaming) until SIGTERM or Ctrl-C")
+    p.add_argument("--flow", required=True, metavar="A->B", help="the flow to mirror")
+    p.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
+    p.add_argument("--checkpoint", metavar="DIR", help="the query's checkpoint folder (default: "
+                   "$MIRRORFLOW_HOME/streams/A-B/checkpoint)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus /metrics and JSON /status on 127.0.0.1:PORT")
+    p.add_argument("--max-records-per-batch", type=int, default=200_000, metavar="N",
+                   help="records per micro-batch at most (default: 200000)")
+    p.add_argument("--trigger-ms", type=int, default=100, metavar="MS",
+                   help="micro-batch interval when idle (default: 100)")
+    p.add_argument("--driver-memory", default="1g", help="Spark driver heap (default: 1g)")
+    p.set_defaults(run=cmd_stream)
+
+    p = sub.add_parser("status", help="show each flow's state, throughput, lag and latency")
+    p.add_argument("--flow", metavar="A->B", help="only this flow")
+    _add_json(p)
+    p.set_defaults(run=cmd_status)
 
     for name, text in PLANNED.items():
         p = sub.add_parser(name, help=text, description=text)
@@ -182,6 +202,41 @@ def cmd_mm1(args: argparse.Namespace) -> int:
         print(f"wrote {out}: {len(cfg.clusters)} clusters, flows {', '.join(f.name for f in cfg.enabled_flows)}")
     else:
         print(legacy.render(entries, mask=True), end="")
+    return 0
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    from mirrorflow import stream
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = load_config(args)
+    options = stream.StreamOptions(
+        master=args.master, checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+        metrics_port=args.metrics_port, max_records_per_batch=args.max_records_per_batch,
+        trigger_ms=args.trigger_ms, driver_memory=args.driver_memory)
+    stream.run(cfg, args.flow, options)
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from mirrorflow import metrics, stream
+
+    cfg = load_config(args)
+    flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
+    out, lines = [], []
+    for flow in flows:
+        snap = metrics.read_status(stream.status_file(flow))
+        if snap is None:
+            out.append({"flow": flow.name, "state": "never run"})
+            lines.append(f"flow {flow.name}: never run")
+            continue
+        out.append(snap)
+        age = time.time() - snap["updated"]
+        lines.append(metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
+        lines.extend(f"  {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
+                     f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"
+                     for p in snap["partitions"])
+    _print(out, args.json, "\n".join(lines))
     return 0
 
 

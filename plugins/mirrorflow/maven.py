@@ -31,7 +31,14 @@ MIRROR_MAKER = (
     *KAFKA_BROKER[2:],
 )
 MIRROR_CLIENT = (f"org.apache.kafka:connect-mirror-client:{KAFKA_VERSION}", *KAFKA_BROKER[2:])
-SPARK_KAFKA = (f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}",)
+# Maven Central carries spark-token-provider-kafka only as 4.0.0; its API is unchanged since, and
+# kafka-clients comes from the connector's own dependency.
+SPARK_KAFKA = (
+    f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}!org.apache.spark:spark-token-provider-kafka-0-10_2.13",
+    "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.0.0!org.apache.kafka:kafka-clients",
+)
+# What Spark needs beside the jars PySpark ships (the rest of the tree duplicates those).
+SPARK_KAFKA_JARS = ("spark-sql-kafka-0-10", "spark-token-provider-kafka-0-10", "kafka-clients", "commons-pool2")
 
 _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
 <groupId>mirrorflow.local</groupId><artifactId>{name}</artifactId><version>1</version>
@@ -41,7 +48,7 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0
 
 def fetch(name: str, artifacts: tuple[str, ...], cache: Path) -> Path:
     """A folder holding the artifacts and their runtime dependencies (fetched once, then reused)."""
-    target = cache / name
+    target = cache.resolve() / name
     done = target / ".complete"
     wanted = "\n".join(artifacts)
     if done.exists() and done.read_text() == wanted:
@@ -52,9 +59,7 @@ def fetch(name: str, artifacts: tuple[str, ...], cache: Path) -> Path:
     if shutil.which("java") is None:
         raise OperationalError("Java is not installed: Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
     target.mkdir(parents=True, exist_ok=True)
-    deps = "".join(
-        "<dependency><groupId>{}</groupId><artifactId>{}</artifactId><version>{}</version></dependency>"
-        .format(*a.split(":")) for a in artifacts)
+    deps = "".join(_dependency(a) for a in artifacts)
     pom = target / "pom.xml"
     pom.write_text(_POM.format(name=name, deps=deps))
     lib = target / "lib"
@@ -67,6 +72,22 @@ def fetch(name: str, artifacts: tuple[str, ...], cache: Path) -> Path:
         raise OperationalError(f"cannot fetch {', '.join(artifacts)} from Maven Central: {tail}")
     done.write_text(wanted)
     return target
+
+
+def _dependency(artifact: str) -> str:
+    """`group:name:version[!group:name,...]`: the part after `!` lists transitive dependencies to leave out."""
+    coordinates, _, excluded = artifact.partition("!")
+    group, name, version = coordinates.split(":")
+    exclusions = "".join(
+        "<exclusion><groupId>{}</groupId><artifactId>{}</artifactId></exclusion>".format(*x.split(":"))
+        for x in excluded.split(",") if x)
+    return (f"<dependency><groupId>{group}</groupId><artifactId>{name}</artifactId><version>{version}</version>"
+            f"<exclusions>{exclusions}</exclusions></dependency>")
+
+
+def jars(folder: Path, prefixes: tuple[str, ...]) -> list[Path]:
+    """The fetched jars whose file names start with one of the prefixes."""
+    return sorted(j for j in (folder / "lib").glob("*.jar") if j.name.startswith(prefixes))
 
 
 def classpath(folder: Path) -> str:

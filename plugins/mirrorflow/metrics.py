@@ -1,0 +1,274 @@
+"""Per flow, topic and partition metrics with MM2's names, a Prometheus endpoint and a status file.
+
+MM2 names kept: record-count, record-rate, byte-count, byte-rate, record-age-ms and
+replication-latency-ms (min/avg/max, plus p99 here). Added: replication lag in records (source end
+offset minus mirrored offset) and in seconds (age of the newest mirrored record while lag > 0).
+Prometheus names are the MM2 names with `_` for `-`, prefixed `mirrorflow_`.
+
+Invariants, each tested:
+  A. a merged distribution has the count, total, min and max of all its parts;
+  B. the p99 estimate is an upper bound of the true p99 and at most one bucket above it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+# Upper bounds (ms) of the latency and age histograms; the last bucket is open.
+BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 750, 1000, 2000, 5000, 10_000, 30_000, 60_000,
+             300_000, 3_600_000)
+RATE_WINDOW_S = 30.0
+
+
+class Distribution:
+    """Count, total, min, max and a fixed-bucket histogram of millisecond values."""
+
+    __slots__ = ("buckets", "count", "maximum", "minimum", "total")
+
+    def __init__(self) -> None:
+        self.count = self.total = 0
+        self.minimum = self.maximum = -1
+        self.buckets = [0] * (len(BOUNDS_MS) + 1)
+
+    def add(self, value: int) -> None:
+        value = max(value, 0)
+        self.count += 1
+        self.total += value
+        if self.minimum < 0 or value < self.minimum:
+            self.minimum = value
+        if value > self.maximum:
+            self.maximum = value
+        self.buckets[bisect.bisect_left(BOUNDS_MS, value)] += 1
+
+    def merge(self, count: int, total: int, minimum: int, maximum: int, buckets: Iterable[int]) -> None:
+        if count <= 0:
+            return
+        self.count += count
+        self.total += total
+        self.minimum = minimum if self.minimum < 0 else min(self.minimum, minimum)
+        self.maximum = max(self.maximum, maximum)
+        for i, n in enumerate(buckets):
+            self.buckets[i] += n
+
+    @property
+    def average(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+    def quantile(self, q: float) -> int:
+        """Upper bound of the bucket holding the q-quantile (the maximum for the open bucket)."""
+        if not self.count:
+            return 0
+        rank, seen = q * self.count, 0
+        for i, n in enumerate(self.buckets):
+            seen += n
+            if seen >= rank and n:
+                return min(BOUNDS_MS[i], self.maximum) if i < len(BOUNDS_MS) else self.maximum
+        return self.maximum
+
+
+@dataclass
+class PartitionMetrics:
+    records: int = 0
+    bytes: int = 0
+    skipped: int = 0
+    refused: int = 0
+    mirrored_next: int = -1
+    source_end: int = -1
+    last_timestamp: int = -1
+    latency: Distribution = field(default_factory=Distribution)
+    age: Distribution = field(default_factory=Distribution)
+    window: list[tuple[float, int, int]] = field(default_factory=list)  # (time, records, bytes) samples
+
+    def rates(self, now: float) -> tuple[float, float]:
+        while len(self.window) > 2 and now - self.window[1][0] > RATE_WINDOW_S:
+            self.window.pop(0)
+        if len(self.window) < 2:
+            return 0.0, 0.0
+        (t0, r0, b0), (t1, r1, b1) = self.window[0], (now, self.records, self.bytes)
+        span = max(t1 - t0, 1e-3)
+        return (r1 - r0) / span, (b1 - b0) / span
+
+    @property
+    def lag_records(self) -> int:
+        if self.source_end < 0 or self.mirrored_next < 0:
+            return 0
+        return max(self.source_end - self.mirrored_next, 0)
+
+    def lag_seconds(self, now: float) -> float:
+        if self.lag_records == 0 or self.last_timestamp < 0:
+            return 0.0
+        return max(now - self.last_timestamp / 1000.0, 0.0)
+
+
+class FlowMetrics:
+    """The driver's view of one flow; updated after each micro-batch, read by the endpoint and status."""
+
+    def __init__(self, flow: str, source: str, target: str) -> None:
+        self.flow, self.source, self.target = flow, source, target
+        self.partitions: dict[tuple[str, int], PartitionMetrics] = {}
+        self.batches = 0
+        self.started = time.time()
+        self.last_batch = 0.0
+        self.state = "starting"
+        self.error = ""
+        self._lock = threading.Lock()
+
+    def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Fold a batch's task summaries in."""
+        now = time.time()
+        with self._lock:
+            self.batches += 1
+            self.last_batch = now
+            for r in rows:
+                m = self.partitions.setdefault((r["topic"], r["partition"]), PartitionMetrics())
+                m.records += r["records"]
+                m.bytes += r["bytes"]
+                m.skipped += r["skipped"]
+                m.refused += r["refused"]
+                m.mirrored_next = max(m.mirrored_next, r["upstream_next"])
+                if r["last_timestamp"] >= 0:
+                    m.last_timestamp = r["last_timestamp"]
+                m.latency.merge(r["records"], r["latency_sum"], r["latency_min"], r["latency_max"],
+                                r["latency_buckets"])
+                m.age.merge(r["records"], r["age_sum"], r["age_min"], r["age_max"], ())
+            for m in self.partitions.values():
+                m.window.append((now, m.records, m.bytes))
+
+    def observe_source_ends(self, ends: Mapping[tuple[str, int], int]) -> None:
+        with self._lock:
+            for tp, end in ends.items():
+                self.partitions.setdefault(tp, PartitionMetrics()).source_end = end
+
+    def set_state(self, state: str, error: str = "") -> None:
+        with self._lock:
+            self.state, self.error = state, error
+
+    def snapshot(self) -> dict[str, Any]:
+        """A JSON-able view: totals and one entry per topic-partition."""
+        now = time.time()
+        with self._lock:
+            parts: list[dict[str, Any]] = []
+            for (topic, partition), m in sorted(self.partitions.items()):
+                rate, byte_rate = m.rates(now)
+                parts.append({
+                    "topic": topic, "partition": partition, "record-count": m.records, "byte-count": m.bytes,
+                    "record-rate": round(rate, 1), "byte-rate": round(byte_rate, 1),
+                    "record-age-ms-min": max(m.age.minimum, 0), "record-age-ms-avg": round(m.age.average, 1),
+                    "record-age-ms-max": max(m.age.maximum, 0),
+                    "replication-latency-ms-min": max(m.latency.minimum, 0),
+                    "replication-latency-ms-avg": round(m.latency.average, 1),
+                    "replication-latency-ms-max": max(m.latency.maximum, 0),
+                    "replication-latency-ms-p99": m.latency.quantile(0.99),
+                    "replication-lag-records": m.lag_records,
+                    "replication-lag-seconds": round(m.lag_seconds(now), 3),
+                    "mirrored-offset": m.mirrored_next, "source-end-offset": m.source_end,
+                    "skipped-count": m.skipped, "refused-count": m.refused,
+                })
+            latency = Distribution()
+            for m in self.partitions.values():
+                latency.merge(m.latency.count, m.latency.total, m.latency.minimum, m.latency.maximum,
+                              m.latency.buckets)
+            return {
+                "flow": self.flow, "source": self.source, "target": self.target, "state": self.state,
+                "error": self.error, "updated": now, "started": self.started, "batches": self.batches,
+                "last-batch": self.last_batch,
+                "record-count": sum(p["record-count"] for p in parts),
+                "byte-count": sum(p["byte-count"] for p in parts),
+                "record-rate": round(sum(p["record-rate"] for p in parts), 1),
+                "byte-rate": round(sum(p["byte-rate"] for p in parts), 1),
+                "replication-lag-records": sum(p["replication-lag-records"] for p in parts),
+                "replication-lag-seconds": max((p["replication-lag-seconds"] for p in parts), default=0.0),
+                "replication-latency-ms-p99": latency.quantile(0.99),
+                "replication-latency-ms-avg": round(latency.average, 1),
+                "partitions": parts,
+            }
+
+
+def progress_line(s: Mapping[str, Any]) -> str:
+    """One readable line per interval."""
+    return (f"flow {s['flow']}: {s['state']}, {s['record-count']} records mirrored "
+            f"({s['record-rate']:.0f}/s, {s['byte-rate'] / 1e6:.1f} MB/s), lag {s['replication-lag-records']} "
+            f"records / {s['replication-lag-seconds']:.1f} s, latency avg {s['replication-latency-ms-avg']:.0f} ms "
+            f"p99 {s['replication-latency-ms-p99']} ms, {len(s['partitions'])} partitions, "
+            f"{s['batches']} batches")
+
+
+_PER_PARTITION = (
+    ("record-count", "counter"), ("byte-count", "counter"), ("record-rate", "gauge"), ("byte-rate", "gauge"),
+    ("record-age-ms-min", "gauge"), ("record-age-ms-avg", "gauge"), ("record-age-ms-max", "gauge"),
+    ("replication-latency-ms-min", "gauge"), ("replication-latency-ms-avg", "gauge"),
+    ("replication-latency-ms-max", "gauge"), ("replication-latency-ms-p99", "gauge"),
+    ("replication-lag-records", "gauge"), ("replication-lag-seconds", "gauge"),
+)
+
+
+def prometheus_text(snapshots: Iterable[Mapping[str, Any]]) -> str:
+    """Prometheus text exposition (version 0.0.4) of flow snapshots."""
+    snaps = list(snapshots)
+    lines: list[str] = []
+    for name, kind in _PER_PARTITION:
+        metric = "mirrorflow_" + name.replace("-", "_")
+        if kind == "counter":
+            metric += "_total"
+        lines.append(f"# TYPE {metric} {kind}")
+        for s in snaps:
+            for p in s["partitions"]:
+                labels = (f'flow="{s["flow"]}",source="{s["source"]}",target="{s["target"]}",'
+                          f'topic="{p["topic"]}",partition="{p["partition"]}"')
+                lines.append(f"{metric}{{{labels}}} {p[name]}")
+    lines.append("# TYPE mirrorflow_up gauge")
+    for s in snaps:
+        lines.append(f'mirrorflow_up{{flow="{s["flow"]}"}} {1 if s["state"] == "running" else 0}')
+    return "\n".join(lines) + "\n"
+
+
+def serve(port: int, flows: Iterable[FlowMetrics]) -> ThreadingHTTPServer:
+    """Serve `/metrics` (Prometheus) and `/status` (JSON) on 127.0.0.1:port from a daemon thread."""
+    sources = list(flows)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            snaps = [f.snapshot() for f in sources]
+            if self.path.startswith("/metrics"):
+                body, kind = prometheus_text(snaps).encode(), "text/plain; version=0.0.4"
+            elif self.path.startswith("/status"):
+                body, kind = json.dumps(snaps).encode(), "application/json"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=server.serve_forever, name="mirrorflow-metrics", daemon=True).start()
+    return server
+
+
+def write_status(path: Path, snapshot: Mapping[str, Any]) -> None:
+    """Atomically replace the flow's status file (read by `mirrorflow status`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(snapshot, indent=1))
+    tmp.replace(path)
+
+
+def read_status(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data

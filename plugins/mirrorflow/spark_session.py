@@ -1,0 +1,53 @@
+"""The Spark session a mirrorflow job runs in, with Spark's Kafka connector on its classpath."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from mirrorflow import local, maven
+
+
+def kafka_jars() -> list[Path]:
+    """Spark's Kafka connector and what it needs beyond PySpark's own jars (fetched once with Maven)."""
+    return maven.jars(maven.fetch("spark-kafka", maven.SPARK_KAFKA, local.jar_cache()), maven.SPARK_KAFKA_JARS)
+
+
+def under_spark_submit() -> bool:
+    # spark-submit's Python runner hands the driver an existing JVM through these variables.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") -> SparkSession:
+    """A session for one job; under spark-submit, the one spark-submit configured (master, jars)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if not under_spark_submit():
+        builder = (builder.master(master)
+                   .config("spark.jars", ",".join(str(j) for j in kafka_jars()))
+                   .config("spark.driver.memory", driver_memory)
+                   .config("spark.ui.enabled", "false"))
+    spark = (builder
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    if not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(package_zip()))
+    return spark
+
+
+def package_zip() -> Path:
+    """The mirrorflow package as a zip, for executors that do not have it installed."""
+    package = Path(__file__).resolve().parent
+    out = Path(tempfile.mkdtemp(prefix="mirrorflow-")) / "mirrorflow.zip"
+    with zipfile.ZipFile(out, "w") as zf:
+        for f in package.rglob("*.py"):
+            zf.write(f, f"mirrorflow/{f.relative_to(package)}")
+    return out

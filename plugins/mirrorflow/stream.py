@@ -1,0 +1,302 @@
+"""The mirror stream's driver: one Structured Streaming query per flow, supervised until stopped.
+
+Per micro-batch (Spark's Kafka source, `subscribePattern` covering the flow's topics, headers on):
+  1. read the batch's end offsets from the query's offset log: every source partition in the batch;
+  2. create or grow the remote topics of partitions not seen before (before any record is written);
+  3. mirror each source partition in its own task (stream_writer), one summary row back per partition;
+  4. fold the summaries into the flow's positions and metrics.
+Spark commits the batch only after step 3 returned, and step 3 returns only after the target
+acknowledged every record: the checkpoint never runs ahead of the target.
+
+A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker
+restart); a fatal error (a record too large, a fenced writer, a lost lease) or repeated failures
+before any batch completes stop the flow with one line.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from py4j.protocol import Py4JError
+
+from mirrorflow import admin_sync, clients, local, metrics, offset_syncs, selection, spark_session
+from mirrorflow.config import Flow, MirrorConfig
+from mirrorflow.errors import ConfigError, OperationalError
+from mirrorflow.filters import java_regex_to_python
+from mirrorflow.flow_lease import FlowLease
+from mirrorflow.offset_syncs import OffsetRun
+from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
+
+log = logging.getLogger(__name__)
+
+# Options Spark's Kafka source refuses or owns; the flow's consumer settings pass on without them.
+_SPARK_OWNED = {"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
+                "enable.auto.commit", "interceptor.classes", "group.instance.id"}
+_GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    master: str = "local[*]"
+    checkpoint: Path | None = None
+    metrics_port: int | None = None
+    max_records_per_batch: int = 200_000
+    trigger_ms: int = 100
+    log_interval_s: float = 10.0
+    driver_memory: str = "1g"
+
+
+def flow_home(flow: Flow) -> Path:
+    return local.home() / "streams" / f"{flow.source}-{flow.target}"
+
+
+def status_file(flow: Flow) -> Path:
+    return flow_home(flow) / "status.json"
+
+
+def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOptions()) -> None:
+    """Mirror one flow until SIGTERM/SIGINT (returns) or a fatal error (raises)."""
+    flow = cfg.flow(flow_name)
+    if not flow.enabled:
+        raise ConfigError(f"flow {flow.name} is not enabled (set {flow.name}.enabled = true)",
+                          source=cfg.source)
+    driver = _Driver(cfg, flow, options)
+    driver.prepare()
+    try:
+        driver.supervise()
+    finally:
+        driver.close()
+
+
+class _Driver:
+    def __init__(self, cfg: MirrorConfig, flow: Flow, options: StreamOptions) -> None:
+        self.flow, self.options = flow, options
+        self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
+        self.exactly_once = self.target.exactly_once
+        self.syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
+        self.checkpoint = options.checkpoint or flow_home(flow) / "checkpoint"
+        self.pattern = selection.subscription_pattern(flow)
+        self.metrics = metrics.FlowMetrics(flow.name, flow.source, flow.target)
+        self.source_admin = clients.admin(self.source)
+        self.target_admin = clients.admin(self.target)
+        self.mirrored: dict[tuple[str, int], int] = {}
+        self.last_runs: dict[tuple[str, int], OffsetRun] = {}
+        self.ready: dict[str, int] = {}
+        self.stop_requested = threading.Event()
+        self.lease: FlowLease | None = None
+        self.server: Any = None
+        self.spark: Any = None
+
+    def prepare(self) -> None:
+        admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
+                                         self.flow.number("offset-syncs.topic.replication.factor"),
+                                         {"cleanup.policy": "compact"})
+        consumer_settings = clients.settings(self.target, "consumer")
+        self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings,
+                               clients.settings(self.target, "admin"))
+        self.lease.acquire()
+        positions, self.last_runs = offset_syncs.read(consumer_settings, self.syncs_topic)
+        self.mirrored = {tp: p.upstream_next for tp, p in positions.items()}
+        self.metrics.observe_source_ends({})
+        if self.options.metrics_port is not None:
+            self.server = metrics.serve(self.options.metrics_port, [self.metrics])
+        self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
+                                         self.options.driver_memory)
+        mode = "exactly-once" if self.exactly_once else "at-least-once"
+        log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
+                 len(self.mirrored), self.checkpoint)
+
+    def close(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+        if self.server is not None:
+            self.server.shutdown()
+        metrics.write_status(status_file(self.flow), self.metrics.snapshot())
+
+    # -- supervision ---------------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        self._install_signal_handlers()
+        failures, pause = 0, 2.0
+        while not self.stop_requested.is_set():
+            batches_before = self.metrics.batches
+            query = self._start_query()
+            self.metrics.set_state("running")
+            error = self._watch(query)
+            if error is None:
+                return
+            fatal = _fatal_message(error)
+            if fatal:
+                self.metrics.set_state("failed", fatal)
+                raise OperationalError(fatal)
+            failures = failures + 1 if self.metrics.batches == batches_before else 1
+            if failures >= _GIVE_UP_AFTER:
+                self.metrics.set_state("failed", _first_line(error))
+                raise OperationalError(f"flow {self.flow.name}: stopped after {failures} failed starts: "
+                                       f"{_first_line(error)}")
+            self.metrics.set_state("restarting", _first_line(error))
+            log.warning("flow %s: query failed (%s); restarting from its checkpoint in %.0f s",
+                        self.flow.name, _first_line(error), pause)
+            self.stop_requested.wait(pause)
+            pause = min(pause * 2, 60.0) if self.metrics.batches == batches_before else 2.0
+
+    def _watch(self, query: Any) -> str | None:
+        """Wait until the query fails (its error) or a stop is requested (None)."""
+        last_log = time.monotonic()
+        while not self.stop_requested.is_set():
+            if self.lease is not None and not self.lease.keep():
+                self._stop(query)
+                return FATAL + f"flow {self.flow.name}: lease lost: another instance took over the flow"
+            if not query.isActive:
+                exc = query.exception()
+                return str(exc) if exc is not None else "the query stopped"
+            self._observe_progress(query)
+            if time.monotonic() - last_log >= self.options.log_interval_s:
+                last_log = time.monotonic()
+                snapshot = self.metrics.snapshot()
+                log.info(metrics.progress_line(snapshot))
+                metrics.write_status(status_file(self.flow), snapshot)
+            time.sleep(0.5)
+        self._stop(query)
+        self.metrics.set_state("stopped")
+        return None
+
+    def _stop(self, query: Any) -> None:
+        # Let a running batch finish so that its records and syncs are complete, then stop.
+        deadline = time.monotonic() + 60
+        try:
+            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            query.stop()
+        except (Py4JError, ConnectionError):
+            log.warning("flow %s: Spark's JVM is gone (stopped with the process group?)", self.flow.name)
+
+    def _install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop_requested.set())
+
+    def _observe_progress(self, query: Any) -> None:
+        progress = query.lastProgress
+        if not progress or not progress.get("sources"):
+            return
+        latest = progress["sources"][0].get("latestOffset")
+        if latest:
+            offsets = json.loads(latest) if isinstance(latest, str) else latest
+            self.metrics.observe_source_ends(_flatten(offsets))
+
+    # -- the query -----------------------------------------------------------------------------
+
+    def _start_query(self) -> Any:
+        reader = self.spark.readStream.format("kafka")
+        for key, value in self._source_options().items():
+            reader = reader.option(key, value)
+        return (reader.load().writeStream
+                .queryName(f"mirrorflow_{self.flow.source}_{self.flow.target}")
+                .foreachBatch(self._batch)
+                .option("checkpointLocation", str(self.checkpoint))
+                .trigger(processingTime=f"{self.options.trigger_ms} milliseconds")
+                .start())
+
+    def _source_options(self) -> dict[str, str]:
+        java = self.source.client_config("consumer")
+        options = {f"kafka.{k}": v for k, v in java.items() if k not in _SPARK_OWNED}
+        options.update({
+            "subscribePattern": self.pattern,
+            "includeHeaders": "true",
+            "maxOffsetsPerTrigger": str(self.options.max_records_per_batch),
+            "failOnDataLoss": "true",
+            "startingOffsets": self._starting_offsets(java.get("auto.offset.reset", "earliest")),
+        })
+        return options
+
+    def _starting_offsets(self, reset: str) -> str:
+        """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
+        if (self.checkpoint / "offsets").is_dir() or not self.mirrored:
+            return "latest" if reset.strip().lower() == "latest" else "earliest"
+        matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
+        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        default = -1 if reset.strip().lower() == "latest" else -2
+        offsets: dict[str, dict[str, int]] = {}
+        for topic, n in counts.items():
+            if matches(topic):
+                offsets[topic] = {str(p): self.mirrored.get((topic, p), default) for p in range(n)}
+        return json.dumps(offsets)
+
+    def _batch(self, df: Any, batch_id: int) -> None:
+        ends = self._batch_ends(batch_id)
+        counts: dict[str, int] = {}
+        for topic, partition in ends:
+            counts[topic] = max(counts.get(topic, 0), partition + 1)
+        replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t)}
+        grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
+        if grown:
+            admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
+            self.ready.update(grown)
+        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated})
+        rows = [r.asDict(recursive=True) for r in
+                df.selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec),
+                                                         SUMMARY_SCHEMA).collect()]
+        for r in rows:
+            tp = (r["topic"], r["partition"])
+            self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
+            if r["run_length"] > 0:
+                self.last_runs[tp] = OffsetRun(tp[0], tp[1], r["run_upstream"], r["run_downstream"],
+                                               r["run_length"])
+        self.metrics.observe(rows)
+
+    def _spec(self, remote: Mapping[str, str]) -> WriterSpec:
+        return WriterSpec(
+            flow=self.flow.name, source=self.flow.source, target=self.flow.target,
+            producer_settings=clients.settings(self.target, "producer"),
+            consumer_settings=clients.settings(self.target, "consumer"),
+            source_admin_settings=clients.settings(self.source, "admin"),
+            target_admin_settings=clients.settings(self.target, "admin"),
+            remote=dict(remote), mirrored=dict(self.mirrored), last_runs=dict(self.last_runs),
+            syncs_topic=self.syncs_topic, provenance=self.flow.flag("mirrorflow.provenance.header.enabled"),
+            exactly_once=self.exactly_once)
+
+    def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
+        """The batch's end offsets, from the offset log Spark wrote before running it."""
+        jvm = self.spark.sparkContext._jvm
+        path = jvm.org.apache.hadoop.fs.Path(f"{self.checkpoint}/offsets/{batch_id}")
+        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(path), "UTF-8"))
+        try:
+            lines = []
+            while (line := reader.readLine()) is not None:
+                lines.append(line)
+        finally:
+            reader.close()
+        if len(lines) < 3 or not lines[0].startswith("v"):
+            raise OperationalError(f"flow {self.flow.name}: unexpected offset log {path}")
+        return _flatten(json.loads(lines[2]))
+
+
+def _flatten(offsets: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+
+
+def _fatal_message(error: str) -> str | None:
+    at = error.find(FATAL)
+    if at < 0:
+        return None
+    return error[at + len(FATAL):].splitlines()[0].strip()
+
+
+def _first_line(error: str) -> str:
+    for line in error.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return "unknown error"

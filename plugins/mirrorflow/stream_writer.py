@@ -1,0 +1,333 @@
+"""The executor side of the stream: writes one Spark partition's records to the target.
+
+Spark's Kafka source gives each task one source partition's offset range, in offset order, and
+`mapInArrow` hands it over without a shuffle; this module produces those records with confluent-kafka
+(partition, key, value, headers and timestamp kept; a provenance header appended), waits until the
+target acknowledged every one, then records the offset syncs (runs and position) for the partition.
+It yields one summary row per source partition for the driver's progress and metrics.
+
+Delivery:
+  at-least-once  idempotent producer, acks=all, no message timeout: an unreachable target stalls the
+                 task instead of failing it; syncs are written only after the data is acknowledged.
+  exactly-once   one transactional producer per source partition (`transactional.id` derived from
+                 flow, topic and partition, so a zombie or a second instance is fenced); the records
+                 and the partition's offset syncs are committed in one transaction.
+In both modes records below the partition's committed position (already in the target, known from
+the offset syncs) are skipped, so a replayed batch never writes them twice in exactly-once mode.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from mirrorflow import metrics, offset_syncs, provenance
+from mirrorflow.offset_syncs import OffsetRun, Position
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ts")
+SUMMARY_SCHEMA = (
+    "topic string, partition int, records long, bytes long, skipped long, refused long, filtered long, "
+    "upstream_next long, downstream_next long, run_upstream long, run_downstream long, run_length long, "
+    "syncs long, latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
+    "age_min long, age_max long, age_sum long, last_timestamp long"
+)
+FATAL = "mirrorflow-fatal: "
+_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+_FLUSH_LOG_S = 30.0
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """Everything a task needs, pickled to the executors once per micro-batch."""
+
+    flow: str
+    source: str
+    target: str
+    # librdkafka settings (they hold secrets: never printed): target producer, target consumer,
+    # source admin and target admin, the last two only to name size limits in an error.
+    producer_settings: Mapping[str, Any] = field(repr=False)
+    consumer_settings: Mapping[str, Any] = field(repr=False)
+    source_admin_settings: Mapping[str, Any] = field(repr=False)
+    target_admin_settings: Mapping[str, Any] = field(repr=False)
+    remote: Mapping[str, str]  # source topic -> remote topic, only for topics the flow replicates
+    mirrored: Mapping[TopicPartition, int]  # upstream offset below which the target has every record
+    last_runs: Mapping[TopicPartition, OffsetRun]
+    syncs_topic: str
+    provenance: bool
+    exactly_once: bool
+
+
+class MirrorError(Exception):
+    """A task failure that retrying cannot fix; the driver stops the flow with this message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(FATAL + message)
+
+
+def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: mirror every record of the task, then yield one summary row per source partition."""
+    held = list(batches)
+    by_partition: dict[TopicPartition, list[tuple[pa.RecordBatch, int, int]]] = {}
+    for batch in held:
+        if batch.num_rows == 0:
+            continue
+        topics = batch.column("topic").to_pylist()
+        parts = batch.column("partition").to_pylist()
+        start = 0
+        for i in range(1, batch.num_rows + 1):
+            if i == batch.num_rows or topics[i] != topics[start] or parts[i] != parts[start]:
+                by_partition.setdefault((topics[start], parts[start]), []).append((batch, start, i))
+                start = i
+    rows = [_mirror_one(spec, tp, slices) for tp, slices in by_partition.items()]
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
+
+
+def _mirror_one(spec: WriterSpec, tp: TopicPartition,
+                slices: list[tuple[pa.RecordBatch, int, int]]) -> dict[str, Any]:
+    mirrored = spec.mirrored.get(tp, -1)
+    if spec.exactly_once:
+        mirrored = max(mirrored, _committed_position(spec, tp))
+        for attempt in (1, 2):
+            producer, fresh = _transactional_producer(spec, tp)
+            try:
+                producer.begin_transaction()
+                summary = _write(spec, producer, tp, slices, mirrored)
+                producer.commit_transaction()
+                return summary.row()
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                _PRODUCERS.pop(_transactional_id(spec, tp), None)
+                if err.code() in _FENCED or err.fatal():
+                    if fresh or attempt == 2:
+                        raise MirrorError(f"flow {spec.flow}: fenced while writing {tp[0]}-{tp[1]}: another "
+                                          "instance of this flow is writing to the target") from None
+                    continue  # a producer cached by this worker lost its epoch to one in another worker
+                raise
+        raise AssertionError("unreachable")
+    producer = _idempotent_producer(spec)
+    return _write(spec, producer, tp, slices, mirrored).row()
+
+
+class _Summary:
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.records = self.bytes = self.skipped = self.refused = self.filtered = self.syncs = 0
+        self.upstream_next = self.downstream_next = -1
+        self.run: OffsetRun | None = None
+        self.latency = metrics.Distribution()
+        self.age = metrics.Distribution()
+        self.last_timestamp = -1
+
+    def row(self) -> dict[str, Any]:
+        run = self.run
+        return {
+            "topic": self.tp[0], "partition": self.tp[1], "records": self.records, "bytes": self.bytes,
+            "skipped": self.skipped, "refused": self.refused, "filtered": self.filtered,
+            "upstream_next": self.upstream_next, "downstream_next": self.downstream_next,
+            "run_upstream": run.upstream if run else -1, "run_downstream": run.downstream if run else -1,
+            "run_length": run.length if run else 0, "syncs": self.syncs,
+            "latency_min": self.latency.minimum, "latency_max": self.latency.maximum,
+            "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
+            "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
+            "last_timestamp": self.last_timestamp,
+        }
+
+
+def _write(spec: WriterSpec, producer: Producer, tp: TopicPartition,
+           slices: list[tuple[pa.RecordBatch, int, int]], mirrored: int) -> _Summary:
+    topic, partition = tp
+    summary = _Summary(tp)
+    remote = spec.remote.get(topic)
+    written: list[int] = []  # upstream offsets, in produce order
+    acked: list[int] = []  # downstream offsets, in delivery order (= produce order within a partition)
+    failures: list[tuple[KafkaError, int]] = []
+    latency, target = summary.latency, spec.target
+
+    def delivered(err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            failures.append((err, len(msg.value() or b"") + len(msg.key() or b"")))
+            return
+        acked.append(msg.offset())
+        latency.add(int(time.time() * 1000) - msg.timestamp()[1])
+
+    for batch, start, end in slices:
+        part = batch.slice(start, end - start)
+        offsets = part.column("offset").to_pylist()
+        summary.upstream_next = offsets[-1] + 1
+        if remote is None:
+            summary.filtered += len(offsets)
+            continue
+        keys = part.column("key").to_pylist()
+        values = part.column("value").to_pylist()
+        stamps = part.column("ts").to_pylist()
+        headers = _headers(part.column("headers"))
+        now = int(time.time() * 1000)
+        for i, offset in enumerate(offsets):
+            if offset < mirrored:
+                summary.skipped += 1
+                continue
+            hdrs = headers[i]
+            if hdrs and provenance.came_from(hdrs, target):
+                summary.refused += 1
+                continue
+            if spec.provenance:
+                hdrs = [*(hdrs or ()), (provenance.HEADER,
+                                        provenance.Provenance(spec.source, topic, partition, offset).encode())]
+            key, value, ts = keys[i], values[i], stamps[i]
+            _produce(producer, remote, partition, key, value, ts, hdrs, delivered)
+            written.append(offset)
+            summary.bytes += len(value or b"") + len(key or b"")
+            summary.age.add(now - ts)
+            summary.last_timestamp = ts
+        summary.records = len(written)
+    _flush(producer, spec, tp)
+    if failures:
+        err, size = failures[0]
+        raise MirrorError(_failure_message(spec, tp, remote or "?", written[len(acked)], err, size))
+    if len(acked) != len(written):
+        raise MirrorError(f"flow {spec.flow}: {topic}-{partition}: {len(written) - len(acked)} records "
+                          "have no delivery report after flush")
+    _record_syncs(spec, producer, tp, summary, list(zip(written, acked, strict=True)))
+    return summary
+
+
+def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
+             ts: int, headers: Any, delivered: Any) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition, timestamp=ts, headers=headers,
+                             on_delivery=delivered)
+            return
+        except BufferError:
+            producer.poll(0.05)  # the local queue is full: wait for the target to take more
+
+
+def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
+                  pairs: list[tuple[int, int]]) -> None:
+    previous = spec.last_runs.get(tp)
+    runs = offset_syncs.continued(previous, offset_syncs.runs_of(tp[0], tp[1], pairs))
+    summary.run = runs[-1] if runs else previous
+    if summary.upstream_next < 0:
+        return
+    summary.downstream_next = pairs[-1][1] + 1 if pairs else (previous.downstream_end if previous else -1)
+    position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next)
+    records: list[OffsetRun | Position] = [*runs, position]
+    for record in records:
+        _produce(producer, spec.syncs_topic, 0, record.key(), record.value(), int(time.time() * 1000),
+                 None, None)
+    summary.syncs = len(runs) + 1
+    if not spec.exactly_once:
+        _flush(producer, spec, tp)  # in exactly-once mode the commit flushes
+
+
+def _flush(producer: Producer, spec: WriterSpec, tp: TopicPartition) -> None:
+    waited = 0.0
+    while producer.flush(_FLUSH_LOG_S) > 0:
+        waited += _FLUSH_LOG_S
+        log.warning("flow %s: %s-%s: target %s has not acknowledged for %.0f s; waiting (nothing is skipped)",
+                    spec.flow, tp[0], tp[1], spec.target, waited)
+
+
+def _headers(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
+    n = len(column)
+    if column.null_count == n:
+        return [None] * n
+    flat = column.flatten()
+    if len(flat) == 0:
+        return [None] * n
+    names = flat.field("key").to_pylist()
+    values = flat.field("value").to_pylist()
+    bounds = column.offsets.to_pylist()
+    base = bounds[0]
+    valid = column.is_valid().to_pylist()
+    return [list(zip(names[bounds[i] - base:bounds[i + 1] - base], values[bounds[i] - base:bounds[i + 1] - base],
+                     strict=True)) or None if valid[i] else None for i in range(n)]
+
+
+def _failure_message(spec: WriterSpec, tp: TopicPartition, remote: str, offset: int, err: KafkaError,
+                     size: int) -> str:
+    where = f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} offset {offset}"
+    if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        source_limit = _max_message_bytes(spec.source_admin_settings, tp[0])
+        target_limit = _max_message_bytes(spec.target_admin_settings, remote)
+        return (f"{where}: a record of {size} bytes is too large for {spec.target} topic {remote} "
+                f"(max.message.bytes {target_limit} on {spec.target}, {source_limit} on {spec.source}): "
+                f"raise {remote}'s max.message.bytes to at least {source_limit}")
+    return f"{where}: {spec.target} topic {remote} refused the record: {err.str()}"
+
+
+def _max_message_bytes(settings: Mapping[str, Any], topic: str) -> str:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        entries = AdminClient(dict(settings)).describe_configs([resource])[resource].result(timeout=10)
+        return str(entries["max.message.bytes"].value)
+    except Exception:  # the message is already an error report; an unknown limit must not hide it
+        return "unknown"
+
+
+# Producers live as long as the Python worker (Spark reuses workers across tasks).
+_PRODUCERS: dict[str, Producer] = {}
+_PRODUCER_DEFAULTS = {
+    "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_048_576,
+    "message.max.bytes": 100_000_000, "compression.type": "none",
+}
+
+
+def _idempotent_producer(spec: WriterSpec) -> Producer:
+    key = f"{spec.flow}/idempotent"
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS, "message.timeout.ms": 0})
+        _PRODUCERS[key] = producer
+    return producer
+
+
+def _transactional_id(spec: WriterSpec, tp: TopicPartition) -> str:
+    return f"mirrorflow-{spec.source}-{spec.target}-{tp[0]}-{tp[1]}"
+
+
+def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> tuple[Producer, bool]:
+    tid = _transactional_id(spec, tp)
+    producer = _PRODUCERS.get(tid)
+    if producer is not None:
+        return producer, False
+    producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
+                         "transaction.timeout.ms": 600_000, "message.timeout.ms": 600_000})
+    producer.init_transactions(60)
+    _PRODUCERS[tid] = producer
+    return producer, True
+
+
+def _committed_position(spec: WriterSpec, tp: TopicPartition) -> int:
+    """After a task retry, a previous attempt may have committed: ask the target, not the driver."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None or ctx.attemptNumber() == 0:
+        return -1
+    positions, _ = offset_syncs.read(spec.consumer_settings, spec.syncs_topic)
+    position = positions.get(tp)
+    return position.upstream_next if position else -1
+
+
+_ARROW_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("records", pa.int64()), ("bytes", pa.int64()),
+    ("skipped", pa.int64()), ("refused", pa.int64()), ("filtered", pa.int64()),
+    ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("run_upstream", pa.int64()),
+    ("run_downstream", pa.int64()), ("run_length", pa.int64()), ("syncs", pa.int64()),
+    ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
+    ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
+    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()),
+])
