@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint stop clean
+.PHONY: setup demo test lint bench stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -23,7 +23,8 @@ demo: setup
 	$(BIN)/mirrorflow local up
 	$(BIN)/mirrorflow validate
 	$(BIN)/mirrorflow local status
-	@echo "Local clusters are up. Stop them with: make stop"
+	@echo "Mirroring primary->backup until Ctrl-C (status: .venv/bin/mirrorflow status; brokers: make stop)"
+	$(BIN)/mirrorflow stream --flow "primary->backup" --metrics-port 9464
 
 lint: setup
 	$(BIN)/ruff check plugins tests
@@ -31,6 +32,10 @@ lint: setup
 
 test: setup lint
 	$(BIN)/pytest
+
+# MirrorMaker 2 vs mirrorflow vs Kafka's perf tools, one run (about 15 minutes; not part of `make test`).
+bench: setup
+	$(BIN)/python tests/benchmark_mirror.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow local down

@@ -51,10 +51,32 @@ class FlowLease:
         log.info("flow %s: lease held (group %s)", self.flow, self.group)
 
     def keep(self) -> bool:
-        """Serve the group protocol; False once the lease is lost."""
+        """Serve the group protocol; False once the lease is lost (until `regain`)."""
         if self._consumer is not None and not self.lost:
             self._consumer.poll(0)
         return self.held and not self.lost
+
+    def regain(self) -> None:
+        """After a loss (the target was unreachable for a session), wait to hold the lease again.
+
+        Raises if another live instance holds it; waits as long as the group cannot tell.
+        """
+        consumer = self._consumer
+        assert consumer is not None
+        admin = AdminClient(self._admin_settings)
+        next_check = time.monotonic() + 5
+        while not self.held:
+            consumer.poll(0.5)
+            if self.held or time.monotonic() < next_check:
+                continue
+            next_check = time.monotonic() + 5
+            me = consumer.memberid()
+            holders = [m for m in self._members(admin) if m.member_id != me and m.assignment.topic_partitions]
+            if holders:
+                raise OperationalError(f"flow {self.flow}: another instance on {holders[0].host} took over "
+                                       f"(consumer group {self.group}); this one stops")
+        self.lost = False
+        log.info("flow %s: lease held again", self.flow)
 
     def release(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -72,6 +94,7 @@ class FlowLease:
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.held and partitions:
+            self.held = False
             self.lost = True
             log.error("flow %s: lease lost (group %s rebalanced)", self.flow, self.group)
 
@@ -91,6 +114,8 @@ class FlowLease:
     def _members(self, admin: AdminClient) -> list[Any]:
         try:
             description = admin.describe_consumer_groups([self.group])[self.group].result(timeout=15)
-        except KafkaException:
-            return []  # the group does not exist yet
+        except (KafkaException, TimeoutError) as exc:
+            # No group yet, or a coordinator still loading: joining the group settles who holds it.
+            log.debug("flow %s: describing group %s: %r", self.flow, self.group, exc)
+            return []
         return list(description.members)

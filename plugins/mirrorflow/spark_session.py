@@ -38,9 +38,18 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") ->
              .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
+    _quiet(spark, "ProcessingTimeExecutor")  # "falling behind" on every batch longer than the trigger
     if not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip()))
     return spark
+
+
+def _quiet(spark: SparkSession, logger: str) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    for package in ("org.apache.spark.sql.execution.streaming", "org.apache.spark.sql.execution.streaming.runtime"):
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            f"{package}.{logger}", jvm.org.apache.logging.log4j.Level.ERROR)
 
 
 def package_zip() -> Path:

@@ -29,7 +29,7 @@ from typing import Any
 
 from py4j.protocol import Py4JError
 
-from mirrorflow import admin_sync, clients, local, metrics, offset_syncs, selection, spark_session
+from mirrorflow import admin_sync, clients, local, metrics, offset_syncs, selection, spark_session, stream_writer
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 _SPARK_OWNED = {"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
                 "enable.auto.commit", "interceptor.classes", "group.instance.id"}
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
+_LEASE_REGAINED = "lease regained"
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,9 @@ class _Driver:
         self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings,
                                clients.settings(self.target, "admin"))
         self.lease.acquire()
+        if self.exactly_once:
+            stream_writer.fence(self.flow.name, self.flow.source, self.flow.target,
+                                clients.settings(self.target, "producer"), self._source_partitions())
         positions, self.last_runs = offset_syncs.read(consumer_settings, self.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in positions.items()}
         self.metrics.observe_source_ends({})
@@ -135,6 +139,8 @@ class _Driver:
             error = self._watch(query)
             if error is None:
                 return
+            if error is _LEASE_REGAINED:
+                continue
             fatal = _fatal_message(error)
             if fatal:
                 self.metrics.set_state("failed", fatal)
@@ -156,7 +162,11 @@ class _Driver:
         while not self.stop_requested.is_set():
             if self.lease is not None and not self.lease.keep():
                 self._stop(query)
-                return FATAL + f"flow {self.flow.name}: lease lost: another instance took over the flow"
+                log.warning("flow %s: lease lost (target unreachable for a session?); paused until it is "
+                            "held again", self.flow.name)
+                self.metrics.set_state("paused", "lease lost")
+                self.lease.regain()
+                return _LEASE_REGAINED
             if not query.isActive:
                 exc = query.exception()
                 return str(exc) if exc is not None else "the query stopped"
@@ -192,8 +202,11 @@ class _Driver:
         if not progress or not progress.get("sources"):
             return
         latest = progress["sources"][0].get("latestOffset")
-        if latest:
+        try:
             offsets = json.loads(latest) if isinstance(latest, str) else latest
+        except ValueError:
+            return
+        if isinstance(offsets, Mapping):
             self.metrics.observe_source_ends(_flatten(offsets))
 
     # -- the query -----------------------------------------------------------------------------
@@ -220,6 +233,11 @@ class _Driver:
             "startingOffsets": self._starting_offsets(java.get("auto.offset.reset", "earliest")),
         })
         return options
+
+    def _source_partitions(self) -> list[tuple[str, int]]:
+        """Every partition of the source topics the flow replicates now."""
+        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        return [(t, p) for t, n in sorted(counts.items()) if selection.replicates(self.flow, t) for p in range(n)]
 
     def _starting_offsets(self, reset: str) -> str:
         """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
@@ -284,8 +302,9 @@ class _Driver:
         return _flatten(json.loads(lines[2]))
 
 
-def _flatten(offsets: Mapping[str, Mapping[str, int]]) -> dict[tuple[str, int], int]:
-    return {(topic, int(p)): int(o) for topic, parts in offsets.items() for p, o in parts.items()}
+def _flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() if isinstance(parts, Mapping)
+            for p, o in parts.items()}
 
 
 def _fatal_message(error: str) -> str | None:

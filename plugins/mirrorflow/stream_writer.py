@@ -43,6 +43,7 @@ SUMMARY_SCHEMA = (
 FATAL = "mirrorflow-fatal: "
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 _FLUSH_LOG_S = 30.0
+_METADATA_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,7 @@ def _write(spec: WriterSpec, producer: Producer, tp: TopicPartition,
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
              ts: int, headers: Any, delivered: Any) -> None:
+    deadline = 0.0
     while True:
         try:
             producer.produce(topic, value, key, partition=partition, timestamp=ts, headers=headers,
@@ -210,6 +212,15 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
             return
         except BufferError:
             producer.poll(0.05)  # the local queue is full: wait for the target to take more
+        except KafkaException as exc:
+            # A remote topic or partition the driver just created: this producer's metadata is older.
+            if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+                raise
+            deadline = deadline or time.monotonic() + _METADATA_WAIT_S
+            if time.monotonic() > deadline:
+                raise MirrorError(f"{topic} partition {partition} does not exist on the target") from None
+            producer.list_topics(topic, timeout=5)
+            time.sleep(0.2)
 
 
 def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
@@ -295,7 +306,12 @@ def _idempotent_producer(spec: WriterSpec) -> Producer:
 
 
 def _transactional_id(spec: WriterSpec, tp: TopicPartition) -> str:
-    return f"mirrorflow-{spec.source}-{spec.target}-{tp[0]}-{tp[1]}"
+    return transactional_id(spec.source, spec.target, tp)
+
+
+def transactional_id(source: str, target: str, tp: TopicPartition) -> str:
+    """Stable per flow and source partition, so that any two writers of one partition fence each other."""
+    return f"mirrorflow-{source}-{target}-{tp[0]}-{tp[1]}"
 
 
 def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> tuple[Producer, bool]:
@@ -308,6 +324,24 @@ def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> tuple[Produ
     producer.init_transactions(60)
     _PRODUCERS[tid] = producer
     return producer, True
+
+
+def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, Any],
+          partitions: list[TopicPartition]) -> None:
+    """Abort every transaction a crashed instance of the flow left open, and fence its writers.
+
+    Until then the target's last stable offset stays behind those transactions, and the offset syncs
+    committed after them by other partitions would be invisible to a read_committed reader.
+    """
+    spec_ids = [transactional_id(source, target, tp) for tp in partitions]
+    for tid in spec_ids:
+        producer = Producer({**producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
+                             "transaction.timeout.ms": 600_000, "message.timeout.ms": 600_000})
+        try:
+            producer.init_transactions(60)
+        except KafkaException as exc:
+            raise MirrorError(f"flow {flow}: cannot fence writer {tid}: {exc.args[0].str()}") from None
+    log.info("flow %s: fenced %d transactional writers", flow, len(spec_ids))
 
 
 def _committed_position(spec: WriterSpec, tp: TopicPartition) -> int:

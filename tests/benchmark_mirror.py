@@ -1,0 +1,261 @@
+"""Side-by-side benchmark: Kafka's perf tools (the raw limit), MirrorMaker 2 and mirrorflow, one run.
+
+    make bench                      # or: .venv/bin/python tests/benchmark_mirror.py [--records N]
+
+Two local clusters (ports 49092, 49192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of
+1 KiB records; each mirror copies it from an empty target (throughput), then mirrors a fixed
+5,000 records/s for 30 s (replication latency measured by a consumer on the target: arrival time
+minus the record's CreateTime). Peak RSS is summed over each mirror's whole process tree.
+Prints a Markdown table and writes it, with the raw figures, to bench-results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+REPO = Path(__file__).resolve().parent.parent
+SRC, DST = 49092, 49192
+PARTITIONS, SIZE, RATE, LATENCY_S = 12, 1024, 5000, 30
+QUIET = {"log_level": 3}
+
+
+def sh(*cmd: str, timeout: float = 1800) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout).stdout
+
+
+def tree_rss_mb(pid: int) -> float:
+    """RSS of a process and all its descendants, in MiB."""
+    out = sh("ps", "-e", "-o", "pid=,ppid=,rss=")
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for line in out.splitlines():
+        p, pp, r = (int(x) for x in line.split())
+        children.setdefault(pp, []).append(p)
+        rss[p] = r
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += rss.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total / 1024
+
+
+class PeakRss:
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+        self._t = threading.Thread(target=self._run, daemon=True)
+        self._t.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(subprocess.SubprocessError, ValueError):
+                self.peak = max(self.peak, tree_rss_mb(self.pid))
+            time.sleep(0.5)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._t.join()
+        return self.peak
+
+
+def ends(bootstrap: str, topic: str) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends", **QUIET})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS))
+    except Exception:
+        return 0
+    finally:
+        c.close()
+
+
+def wait_copied(topic: str, want: int, proc: subprocess.Popen[bytes], limit_s: float) -> tuple[float, int]:
+    """(seconds from the first mirrored record to the last, records) on the target."""
+    first_t, first_n, deadline = 0.0, 0, time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        n = ends(f"127.0.0.1:{DST}", topic)
+        if n and not first_t:
+            first_t, first_n = time.monotonic(), n
+        if n >= want:
+            return time.monotonic() - first_t, n - first_n
+        if proc.poll() is not None:
+            raise SystemExit(f"the mirror exited early ({proc.returncode})")
+        time.sleep(0.25)
+    raise SystemExit(f"{topic}: not copied within {limit_s} s")
+
+
+def latency(src_topic: str, dst_topic: str) -> tuple[float, float]:
+    """p50 and p99 (ms) of arrival minus CreateTime while producing RATE records/s for LATENCY_S."""
+    seen: list[float] = []
+    done = threading.Event()
+
+    def consume() -> None:
+        c = Consumer({"bootstrap.servers": f"127.0.0.1:{DST}", "group.id": f"bench-lat-{dst_topic}",
+                      "auto.offset.reset": "latest", "fetch.wait.max.ms": 5, **QUIET})
+        c.subscribe([dst_topic])
+        while not done.is_set():
+            for m in c.consume(1000, 0.2):
+                if not m.error():
+                    seen.append(time.time() * 1000 - m.timestamp()[1])
+        c.close()
+
+    reader = threading.Thread(target=consume)
+    reader.start()
+    time.sleep(8)  # let the consumer join before measured records are produced
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 1, **QUIET})
+    payload = os.urandom(SIZE)
+    start, sent = time.monotonic(), 0
+    while time.monotonic() - start < LATENCY_S:
+        due = int((time.monotonic() - start) * RATE)
+        while sent < due:
+            p.produce(src_topic, payload, partition=sent % PARTITIONS)
+            sent += 1
+        p.poll(0)
+        time.sleep(0.005)
+    p.flush(30)
+    deadline = time.monotonic() + 60
+    while len(seen) < sent and time.monotonic() < deadline:
+        time.sleep(0.5)
+    done.set()
+    reader.join()
+    if len(seen) < sent * 0.99:
+        raise SystemExit(f"latency phase: only {len(seen)} of {sent} records arrived")
+    seen.sort()
+    return seen[len(seen) // 2], seen[int(len(seen) * 0.99) - 1]
+
+
+def perf_tools(jars: Path, records: int) -> dict[str, float]:
+    cp = f"{jars}/lib/*"
+    out = sh("java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", "bench",
+             "--num-records", str(records), "--record-size", str(SIZE), "--throughput", "-1",
+             "--producer-props", f"bootstrap.servers=127.0.0.1:{SRC}", "acks=all", "linger.ms=5",
+             "batch.size=262144")
+    m = re.search(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)", out)
+    assert m, out
+    cons = sh("java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.ConsumerPerformance", "--bootstrap-server",
+              f"127.0.0.1:{SRC}", "--topic", "bench", "--messages", str(records))
+    row = cons.strip().splitlines()[-1].split(",")
+    return {"producer_rps": float(m.group(2)), "producer_mbs": float(m.group(3)),
+            "consumer_rps": float(row[5]), "consumer_mbs": float(row[3])}
+
+
+def run_mm2(jars: Path, work: Path, records: int) -> dict[str, float]:
+    props = work / "mm2.properties"
+    props.write_text(f"""clusters = mm2src, dst
+mm2src.bootstrap.servers = 127.0.0.1:{SRC}
+dst.bootstrap.servers = 127.0.0.1:{DST}
+mm2src->dst.enabled = true
+mm2src->dst.topics = bench, lat-mm2
+tasks.max = {PARTITIONS}
+replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+offset.storage.replication.factor = 1
+status.storage.replication.factor = 1
+config.storage.replication.factor = 1
+sync.topic.acls.enabled = false
+""")
+    with open(work / "mm2.log", "wb") as log:
+        proc = subprocess.Popen(["java", "-Xmx1g", "-cp", f"{jars}/lib/*",
+                                 "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
+                                stdout=log, stderr=subprocess.STDOUT)
+    rss = PeakRss(proc.pid)
+    try:
+        seconds, copied = wait_copied("mm2src.bench", records, proc, 3600)
+        p50, p99 = latency("lat-mm2", "mm2src.lat-mm2")
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss.stop(), "p50_ms": p50, "p99_ms": p99}
+
+
+def run_mirrorflow(work: Path, records: int) -> dict[str, float]:
+    props = work / "mirrorflow.properties"
+    props.write_text(f"""clusters = src, dst
+src.bootstrap.servers = 127.0.0.1:{SRC}
+dst.bootstrap.servers = 127.0.0.1:{DST}
+src->dst.enabled = true
+src->dst.topics = bench, lat-mf
+replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+""")
+    with open(work / "mirrorflow.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(props), "stream",
+                                 "--flow", "src->dst", "--checkpoint", str(work / "checkpoint")],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    rss = PeakRss(proc.pid)
+    try:
+        seconds, copied = wait_copied("src.bench", records, proc, 3600)
+        p50, p99 = latency("lat-mf", "src.lat-mf")
+    finally:
+        proc.terminate()
+        proc.wait(120)
+    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss.stop(), "p50_ms": p50, "p99_ms": p99}
+
+
+def table(limit: dict[str, float], mm2: dict[str, float], mf: dict[str, float]) -> str:
+    mb = SIZE / 1e6
+    rows = [
+        "| run | records/s | MB/s | peak RSS (MiB) | p50 latency @5k/s (ms) | p99 latency @5k/s (ms) |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| Kafka ProducerPerformance (limit) | {limit['producer_rps']:,.0f} | {limit['producer_mbs']:.1f} | | | |",
+        f"| Kafka ConsumerPerformance | {limit['consumer_rps']:,.0f} | {limit['consumer_mbs']:.1f} | | | |",
+    ]
+    for name, r in (("MirrorMaker 2 (dedicated, tasks.max=12)", mm2), ("mirrorflow (local[*])", mf)):
+        rows.append(f"| {name} | {r['rps']:,.0f} | {r['rps'] * mb:.1f} | {r['peak_rss_mb']:,.0f} | "
+                    f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} |")
+    rows.append(f"| **mirrorflow / MM2** | **{mf['rps'] / mm2['rps']:.2f}x** | | "
+                f"{mf['peak_rss_mb'] / mm2['peak_rss_mb']:.2f}x | {mf['p50_ms'] / mm2['p50_ms']:.2f}x | "
+                f"{mf['p99_ms'] / mm2['p99_ms']:.2f}x |")
+    rows.append(f"| **mirrorflow / limit** | **{mf['rps'] / limit['producer_rps']:.2f}x** | | | | |")
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=2_000_000)
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-"))
+    os.environ["MIRRORFLOW_HOME"] = str(home)
+    os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
+    from mirrorflow import config, local, maven
+
+    cfg = config.from_text(f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SRC}\n"
+                           f"dst.bootstrap.servers = 127.0.0.1:{DST}\n", source="bench")
+    local.up(cfg)
+    try:
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{SRC}", **QUIET})
+        for t in ("bench", "lat-mm2", "lat-mf"):
+            admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
+        cache = local.jar_cache()
+        limit = perf_tools(maven.fetch("kafka-broker", maven.KAFKA_BROKER, cache), args.records)
+        print("limit", limit, flush=True)
+        mm2 = run_mm2(maven.fetch("mirror-maker", maven.MIRROR_MAKER, cache), home, args.records)
+        print("mm2", mm2, flush=True)
+        mf = run_mirrorflow(home, args.records)
+        print("mirrorflow", mf, flush=True)
+        result = table(limit, mm2, mf)
+        machine = f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+        print(f"\n{args.records:,} records of {SIZE} B, {PARTITIONS} partitions, {machine}\n\n{result}")
+        Path("bench-results.json").write_text(json.dumps(
+            {"records": args.records, "machine": machine, "limit": limit, "mm2": mm2, "mirrorflow": mf,
+             "table": result}, indent=1))
+    finally:
+        local.down(cfg, purge=True)
+
+
+if __name__ == "__main__":
+    main()

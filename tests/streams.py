@@ -1,0 +1,154 @@
+"""Test support for the mirror stream: run `mirrorflow stream` as a real process, read topics whole."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from mirrorflow.provenance import HEADER, Provenance
+
+QUIET = {"log_level": 3}
+
+
+def config_text(aliases: tuple[str, str], ports: tuple[int, int], flows: list[str], extra: str = "") -> str:
+    a, b = aliases
+    lines = [f"clusters = {a}, {b}", f"{a}.bootstrap.servers = 127.0.0.1:{ports[0]}",
+             f"{b}.bootstrap.servers = 127.0.0.1:{ports[1]}", "replication.factor = 1",
+             "offset-syncs.topic.replication.factor = 1", "refresh.topics.interval.seconds = 10",
+             *(f"{f}.enabled = true" for f in flows), extra]
+    return "\n".join(lines) + "\n"
+
+
+class StreamProcess:
+    """`mirrorflow stream --flow F` in its own process group, so a test can kill it like a crash would."""
+
+    def __init__(self, config: Path, flow: str, workdir: Path) -> None:
+        self.config, self.flow, self.workdir = config, flow, workdir
+        self.checkpoint = workdir / "checkpoint"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log(self) -> Path:
+        return self.workdir / f"stream-{self.starts}.log"
+
+    def start(self, *extra: str) -> None:
+        self.starts += 1
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "mirrorflow.cli", "--config", str(self.config), "stream", "--flow", self.flow,
+                 "--checkpoint", str(self.checkpoint), "--driver-memory", "640m", *extra],
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> int:
+        """SIGTERM to the driver only (a graceful stop); the exit code."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(30)
+        return self.proc.returncode
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
+
+
+def producer(bootstrap: str, **extra: Any) -> Producer:
+    return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **QUIET, **extra})
+
+
+def read_partition(bootstrap: str, topic: str, partition: int, *, committed: bool = False,
+                   timeout: float = 60) -> list[Any]:
+    """Every record of a partition from its start to its current end (LSO under read_committed)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-reader", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "isolation.level": "read_committed" if committed else
+                  "read_uncommitted", **QUIET})
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        if high <= low:
+            return []
+        c.assign([TopicPartition(topic, partition, low)])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in c.consume(5000, 1.0):
+                if m.error():
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        return out
+                    raise AssertionError(m.error().str())
+                out.append(m)
+        raise AssertionError(f"{topic}-{partition}: not read to its end in {timeout} s")
+    finally:
+        c.close()
+
+
+def partition_count(bootstrap: str, topic: str) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap, **QUIET}).list_topics(topic, timeout=30)
+    t = md.topics.get(topic)
+    return 0 if t is None or t.error is not None else len(t.partitions)
+
+
+def end_offsets(bootstrap: str, topic: str) -> list[int]:
+    """The partitions' end offsets; [] while the topic is missing or its leaders are not settled."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-ends", **QUIET})
+    try:
+        n = partition_count(bootstrap, topic)
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(n)]
+    except KafkaException:
+        return []
+    finally:
+        c.close()
+
+
+def origin(message: Any) -> Provenance:
+    """The last hop's provenance of a mirrored record."""
+    values = [v for k, v in message.headers() or [] if k == HEADER]
+    assert values, f"no provenance header on {message.topic()}-{message.partition()}@{message.offset()}"
+    return Provenance.parse(values[-1])
+
+
+def without_provenance(headers: list[tuple[str, bytes | None]] | None) -> list[tuple[str, bytes | None]]:
+    return [(k, v) for k, v in headers or [] if k != HEADER]
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str, stream: StreamProcess | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        if stream is not None and not stream.alive():
+            raise AssertionError(f"the stream exited while waiting for {what}:\n{stream.output()[-3000:]}")
+        time.sleep(1)
+    tail = stream.output()[-3000:] if stream is not None else ""
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{tail}")
+
+
+def mirrored_offsets(bootstrap: str, topic: str, partitions: int, *, committed: bool = False) -> list[list[int]]:
+    """Per target partition, the source offsets its records carry (in target order)."""
+    return [[origin(m).offset for m in read_partition(bootstrap, topic, p, committed=committed)]
+            for p in range(partitions)]

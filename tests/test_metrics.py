@@ -1,0 +1,55 @@
+"""Stream metrics: distributions, MM2 names, Prometheus text (pure)."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given
+from hypothesis import strategies as st
+from mirrorflow import metrics
+from mirrorflow.metrics import BOUNDS_MS, Distribution
+
+values = st.lists(st.integers(0, 400_000), min_size=1, max_size=300)
+
+
+@given(values, values)
+def test_a_merged_distribution_sums_its_parts(a: list[int], b: list[int]) -> None:
+    left, right, merged = Distribution(), Distribution(), Distribution()
+    for v in a:
+        left.add(v)
+    for v in b:
+        right.add(v)
+    for d in (left, right):
+        merged.merge(d.count, d.total, d.minimum, d.maximum, d.buckets)
+    assert (merged.count, merged.total) == (len(a) + len(b), sum(a) + sum(b))
+    assert (merged.minimum, merged.maximum) == (min(a + b), max(a + b))
+
+
+@given(values)
+def test_p99_is_an_upper_bound_within_one_bucket(vs: list[int]) -> None:
+    d = Distribution()
+    for v in vs:
+        d.add(v)
+    true_p99 = sorted(vs)[max(math.ceil(0.99 * len(vs)) - 1, 0)]
+    estimate = d.quantile(0.99)
+    assert estimate >= true_p99
+    above = [b for b in BOUNDS_MS if b >= true_p99]
+    assert estimate <= (above[0] if above else max(vs))
+
+
+def test_snapshot_and_prometheus_use_mm2_names_and_lag() -> None:
+    fm = metrics.FlowMetrics("A->B", "A", "B")
+    row = {"topic": "t", "partition": 0, "records": 3, "bytes": 30, "skipped": 0, "refused": 1,
+           "upstream_next": 10, "last_timestamp": 1, "latency_sum": 30, "latency_min": 5, "latency_max": 15,
+           "latency_buckets": [0, 0, 0, 1, 1, 1] + [0] * (len(BOUNDS_MS) - 5), "age_sum": 3, "age_min": 1,
+           "age_max": 1}
+    fm.observe([row])
+    fm.observe_source_ends({("t", 0): 25})
+    snap = fm.snapshot()
+    part = snap["partitions"][0]
+    assert part["record-count"] == 3 and part["replication-lag-records"] == 15
+    assert part["replication-latency-ms-max"] == 15 and part["refused-count"] == 1
+    text = metrics.prometheus_text([snap])
+    assert 'mirrorflow_record_count_total{flow="A->B",source="A",target="B",topic="t",partition="0"} 3' in text
+    assert "mirrorflow_replication_lag_records{" in text and "mirrorflow_replication_latency_ms_p99{" in text
+    assert "lag 15 records" in metrics.progress_line(snap)

@@ -1,0 +1,170 @@
+"""The mirror stream against real brokers and real Spark: fidelity, discovery, outages, crashes (at-least-once).
+
+One stream process (flow alpha->beta, topics m1.*) runs for the module; the tests run in file order.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewPartitions
+from conftest import PORTS
+from mirrorflow import config, local
+from streams import (
+    QUIET,
+    StreamProcess,
+    config_text,
+    create_topic,
+    end_offsets,
+    mirrored_offsets,
+    origin,
+    partition_count,
+    producer,
+    read_partition,
+    wait_for,
+    without_provenance,
+)
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+ALPHA = f"127.0.0.1:{PORTS['alpha']}"
+BETA = f"127.0.0.1:{PORTS['beta']}"
+
+
+@pytest.fixture(scope="module")
+def mirror(local_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamProcess]:
+    work = tmp_path_factory.mktemp("stream-m1")
+    cfg = work / "mirror.properties"
+    cfg.write_text(config_text(("alpha", "beta"), (PORTS["alpha"], PORTS["beta"]), ["alpha->beta"],
+                               "alpha->beta.topics = m1\\..*\nalpha.consumer.isolation.level = read_committed\n"))
+    create_topic(ALPHA, "m1.fields", 4)
+    stream = StreamProcess(cfg, "alpha->beta", work)
+    stream.start()
+    yield stream
+    stream.stop()
+
+
+def _fields_records() -> dict[int, list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]] | None, int]]]:
+    now = int(time.time() * 1000) - 60_000
+    many = [(f"h{i % 7}", None if i % 5 == 0 else bytes([i]) * i) for i in range(40)]
+    p0 = [
+        (None, b"null key", None, now),
+        (b"tombstone", None, None, now + 1),
+        (b"empty value", b"", [("empty", b"")], now + 2),
+        (b"large", random.randbytes(700_000), [("kind", b"large")], now + 3),
+        (b"many headers", b"v", many, now + 4),
+        ("unicodé".encode(), "välue".encode(), [("ключ", "значение".encode()), ("ключ", None)], now + 5),
+        (b"old timestamp", b"v", None, now - 3_600_000),
+    ]
+    p2 = [(f"k{i}".encode(), f"v{i}".encode(), None, now + i) for i in range(500)]
+    return {0: p0, 2: p2}
+
+
+def test_every_field_of_every_record_is_preserved(mirror: StreamProcess) -> None:
+    sent = _fields_records()
+    p = producer(ALPHA)
+    for partition, records in sent.items():
+        for key, value, headers, ts in records:
+            p.produce("m1.fields", value, key, partition=partition, headers=headers, timestamp=ts)
+    p.flush(30)
+    tx = producer(ALPHA, **{"transactional.id": "m1-tx"})
+    tx.init_transactions(30)
+    for i in range(6):
+        tx.begin_transaction()
+        for j in range(5):
+            tx.produce("m1.fields", f"txn{i}-{j}".encode(), b"t", partition=1)
+        (tx.commit_transaction if i % 2 == 0 else tx.abort_transaction)(30)
+
+    wait_for(lambda: sum(end_offsets(BETA, "alpha.m1.fields")) >= 7 + 500 + 15, 240, "alpha.m1.fields", mirror)
+    assert partition_count(BETA, "alpha.m1.fields") == 4
+    for partition, records in sent.items():
+        got = read_partition(BETA, "alpha.m1.fields", partition)
+        assert [(m.key(), m.value(), without_provenance(m.headers()) or None, m.timestamp()[1]) for m in got] == \
+            records
+        assert all(m.timestamp()[0] == 1 for m in got)  # CreateTime
+        assert [origin(m).offset for m in got] == list(range(len(records)))
+        assert {origin(m).cluster for m in got} == {"alpha"} and {origin(m).topic for m in got} == {"m1.fields"}
+    committed = [m.value() for m in read_partition(BETA, "alpha.m1.fields", 1)]
+    assert committed == [f"txn{i}-{j}".encode() for i in (0, 2, 4) for j in range(5)]  # aborted ones absent
+    assert read_partition(BETA, "alpha.m1.fields", 3) == []  # a partition with no records stays empty
+
+
+def test_a_topic_and_a_partition_added_while_running_are_mirrored(mirror: StreamProcess) -> None:
+    create_topic(ALPHA, "m1.late", 2)
+    admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
+    admin.create_partitions([NewPartitions("m1.fields", 5)])["m1.fields"].result(30)
+    p = producer(ALPHA)
+    for i in range(100):
+        p.produce("m1.late", f"late{i}".encode(), partition=i % 2)
+        p.produce("m1.fields", f"grown{i}".encode(), partition=4)
+    p.flush(30)
+    wait_for(lambda: sum(end_offsets(BETA, "alpha.m1.late")) == 100, 180, "the new topic", mirror)
+    wait_for(lambda: partition_count(BETA, "alpha.m1.fields") == 5
+             and end_offsets(BETA, "alpha.m1.fields")[4] == 100, 180, "the new partition", mirror)
+    assert [m.value() for m in read_partition(BETA, "alpha.m1.fields", 4)] == [f"grown{i}".encode() for i in range(100)]
+
+
+def test_a_target_outage_stalls_the_flow_and_it_resumes_without_loss(
+        mirror: StreamProcess, local_clusters: config.MirrorConfig) -> None:
+    create_topic(ALPHA, "m1.outage", 3)
+    p = producer(ALPHA)
+    for i in range(300):
+        p.produce("m1.outage", f"before{i}".encode(), partition=i % 3)
+    p.flush(30)
+    wait_for(lambda: sum(end_offsets(BETA, "alpha.m1.outage")) == 300, 180, "records before the outage", mirror)
+    local.down(local_clusters, ["beta"])
+    down_at = time.monotonic()
+    try:
+        for i in range(3000):
+            p.produce("m1.outage", f"during{i}".encode(), partition=i % 3)
+            if i % 300 == 0:
+                time.sleep(1)
+        p.flush(30)
+        time.sleep(max(0.0, 20 - (time.monotonic() - down_at)))
+        assert mirror.alive()
+    finally:
+        local.up(local_clusters, ["beta"])
+    wait_for(lambda: sum(end_offsets(BETA, "alpha.m1.outage")) >= 3300, 300, "records after the outage", mirror)
+    source_ends = end_offsets(ALPHA, "m1.outage")
+    for partition, offsets in enumerate(mirrored_offsets(BETA, "alpha.m1.outage", 3)):
+        assert set(offsets) == set(range(source_ends[partition])), partition
+
+
+def test_kill_9_at_random_points_loses_nothing(mirror: StreamProcess) -> None:
+    create_topic(ALPHA, "m1.crash", 4)
+    stop = threading.Event()
+
+    def produce() -> None:
+        p, i = producer(ALPHA), 0
+        while not stop.is_set():
+            p.produce("m1.crash", f"r{i}".encode(), f"k{i}".encode(), partition=i % 4)
+            i += 1
+            if i % 500 == 0:
+                p.poll(0)
+                time.sleep(0.05)
+        p.flush(30)
+
+    writer = threading.Thread(target=produce)
+    writer.start()
+    rng = random.Random(7)
+    try:
+        for _ in range(3):
+            wait_for(lambda: sum(end_offsets(BETA, "alpha.m1.crash") or [0]) > 0, 240, "progress", mirror)
+            time.sleep(rng.uniform(3, 15))
+            mirror.kill9()
+            mirror.start()
+    finally:
+        stop.set()
+        writer.join()
+    source_ends = end_offsets(ALPHA, "m1.crash")
+    wait_for(lambda: all(set(range(n)) <= set(got) for n, got in
+                         zip(source_ends, mirrored_offsets(BETA, "alpha.m1.crash", 4), strict=True)),
+             300, "every record after three crashes", mirror)
+
+
+def test_a_graceful_stop_exits_zero(mirror: StreamProcess) -> None:
+    assert mirror.stop() == 0, mirror.output()[-2000:]
+    assert "Traceback" not in mirror.output()
