@@ -81,11 +81,11 @@ def test_exactly_once_survives_three_kill_9s_and_fences_a_second_instance(
         return all(len(set(g)) >= n for n, g in zip(source_ends, got, strict=True))
 
     wait_for(complete, 300, "every record under read_committed", stream)
-    assert stream.stop() == 0
     for partition, got in enumerate(mirrored_offsets(BETA, "east.eos.orders", 3, committed=True)):
         duplicates = [o for o, n in Counter(got).items() if n > 1]
         assert duplicates == [], f"partition {partition}: {len(duplicates)} duplicates, e.g. {duplicates[:5]}"
         assert got == list(range(source_ends[partition])), partition
+    assert stream.stop() == 0, stream.output()[-2000:]
 
 
 @pytest.mark.parametrize("policy", ["default", "identity"])
@@ -129,3 +129,23 @@ def test_active_active_never_loops(local_clusters: config.MirrorConfig, tmp_path
     finally:
         for s in streams:
             s.stop()
+
+
+def test_a_record_too_large_for_the_target_stops_the_flow_naming_it(
+        local_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = _write_config(tmp_path, ("big", "small"), ["big->small"], "topics = big\\..*\n")
+    create_topic(ALPHA, "big.t", 1, **{"max.message.bytes": "2000000"})
+    create_topic(BETA, "big.big.t", 1, **{"max.message.bytes": "100000"})
+    p = producer(ALPHA)
+    p.produce("big.t", b"small", partition=0)
+    p.produce("big.t", b"x" * 500_000, partition=0)
+    p.flush(30)
+    stream = StreamProcess(cfg, "big->small", tmp_path)
+    stream.start()
+    assert stream.proc is not None and stream.proc.wait(300) == 1, stream.output()[-3000:]
+    error = [line for line in stream.output().splitlines() if line.startswith("mirrorflow: error:")]
+    assert len(error) == 1, stream.output()[-3000:]
+    for part in ("big.t partition 0 offset 1", "500000 bytes", "big.big.t", "max.message.bytes 100000 on small",
+                 "2000000 on big"):
+        assert part in error[0], error[0]
+    assert all(len(m.value()) < 100_000 for m in read_partition(BETA, "big.big.t", 0))

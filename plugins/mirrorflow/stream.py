@@ -72,8 +72,9 @@ def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOption
         raise ConfigError(f"flow {flow.name} is not enabled (set {flow.name}.enabled = true)",
                           source=cfg.source)
     driver = _Driver(cfg, flow, options)
-    driver.prepare()
+    driver.install_signal_handlers()
     try:
+        driver.prepare()
         driver.supervise()
     finally:
         driver.close()
@@ -125,12 +126,13 @@ class _Driver:
             self.lease.release()
         if self.server is not None:
             self.server.shutdown()
+        if self.metrics.state == "running":
+            self.metrics.set_state("stopped")
         metrics.write_status(status_file(self.flow), self.metrics.snapshot())
 
     # -- supervision ---------------------------------------------------------------------------
 
     def supervise(self) -> None:
-        self._install_signal_handlers()
         failures, pause = 0, 2.0
         while not self.stop_requested.is_set():
             batches_before = self.metrics.batches
@@ -191,7 +193,7 @@ class _Driver:
         except (Py4JError, ConnectionError):
             log.warning("flow %s: Spark's JVM is gone (stopped with the process group?)", self.flow.name)
 
-    def _install_signal_handlers(self) -> None:
+    def install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in (signal.SIGTERM, signal.SIGINT):

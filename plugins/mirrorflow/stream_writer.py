@@ -151,12 +151,12 @@ def _write(spec: WriterSpec, producer: Producer, tp: TopicPartition,
     remote = spec.remote.get(topic)
     written: list[int] = []  # upstream offsets, in produce order
     acked: list[int] = []  # downstream offsets, in delivery order (= produce order within a partition)
-    failures: list[tuple[KafkaError, int]] = []
+    failures: list[tuple[KafkaError, int, int]] = []  # (error, record size, index in write order)
     latency, target = summary.latency, spec.target
 
     def delivered(err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            failures.append((err, len(msg.value() or b"") + len(msg.key() or b"")))
+            failures.append((err, len(msg.value() or b"") + len(msg.key() or b""), len(acked) + len(failures)))
             return
         acked.append(msg.offset())
         latency.add(int(time.time() * 1000) - msg.timestamp()[1])
@@ -191,10 +191,14 @@ def _write(spec: WriterSpec, producer: Producer, tp: TopicPartition,
             summary.age.add(now - ts)
             summary.last_timestamp = ts
         summary.records = len(written)
+    if remote is None:
+        return summary  # a topic the pattern matched but the flow does not replicate: nothing to record
     _flush(producer, spec, tp)
     if failures:
-        err, size = failures[0]
-        raise MirrorError(_failure_message(spec, tp, remote or "?", written[len(acked)], err, size))
+        # The broker refuses a whole batch for one oversized record: name the largest one.
+        err, size, index = max(failures, key=lambda f: f[1]) if any(
+            f[0].code() == KafkaError.MSG_SIZE_TOO_LARGE for f in failures) else failures[0]
+        raise MirrorError(_failure_message(spec, tp, remote, written[index], err, size))
     if len(acked) != len(written):
         raise MirrorError(f"flow {spec.flow}: {topic}-{partition}: {len(written) - len(acked)} records "
                           "have no delivery report after flush")
