@@ -286,7 +286,8 @@ def _max_message_bytes(settings: Mapping[str, Any], topic: str) -> str:
 
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     try:
-        entries = AdminClient(dict(settings)).describe_configs([resource])[resource].result(timeout=10)
+        admin = AdminClient(dict(settings))  # kept referenced until the answer: a dropped client aborts it
+        entries = admin.describe_configs([resource])[resource].result(timeout=10)
         return str(entries["max.message.bytes"].value)
     except Exception:  # the message is already an error report; an unknown limit must not hide it
         return "unknown"
