@@ -69,3 +69,12 @@ def local_clusters(clusters_file: Path) -> Iterator[config.MirrorConfig]:
         yield cfg
     finally:
         local.down(cfg, purge=True)
+
+
+@pytest.fixture(scope="session")
+def stream_clusters(local_clusters: config.MirrorConfig) -> config.MirrorConfig:
+    """The local brokers, with Spark's Kafka connector fetched before any stream process starts."""
+    from mirrorflow import spark_session
+
+    spark_session.kafka_jars()
+    return local_clusters

@@ -5,9 +5,13 @@ One stream process (flow alpha->beta, topics m1.*) runs for the module; the test
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -32,17 +36,18 @@ from streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
+METRICS_PORT = 39464
 
 
 @pytest.fixture(scope="module")
-def mirror(local_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamProcess]:
+def mirror(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StreamProcess]:
     work = tmp_path_factory.mktemp("stream-m1")
     cfg = work / "mirror.properties"
     cfg.write_text(config_text(("alpha", "beta"), (PORTS["alpha"], PORTS["beta"]), ["alpha->beta"],
                                "alpha->beta.topics = m1\\..*\nalpha.consumer.isolation.level = read_committed\n"))
     create_topic(ALPHA, "m1.fields", 4)
     stream = StreamProcess(cfg, "alpha->beta", work)
-    stream.start()
+    stream.start("--metrics-port", str(METRICS_PORT))
     yield stream
     stream.stop()
 
@@ -90,6 +95,28 @@ def test_every_field_of_every_record_is_preserved(mirror: StreamProcess) -> None
     committed = [m.value() for m in read_partition(BETA, "alpha.m1.fields", 1)]
     assert committed == [f"txn{i}-{j}".encode() for i in (0, 2, 4) for j in range(5)]  # aborted ones absent
     assert read_partition(BETA, "alpha.m1.fields", 3) == []  # a partition with no records stays empty
+
+
+def test_metrics_and_status_report_each_partition(mirror: StreamProcess) -> None:
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10) as r:
+            text: str = r.read().decode()
+        return text
+
+    label = 'flow="alpha->beta",source="alpha",target="beta",topic="m1.fields"'
+    wait_for(lambda: f'mirrorflow_record_count_total{{{label},partition="2"}} 500' in scrape(), 60, "metrics", mirror)
+    text = scrape()
+    assert f'mirrorflow_replication_lag_records{{{label},partition="2"}} 0' in text
+    assert f'mirrorflow_replication_latency_ms_p99{{{label},partition="0"}}' in text
+    time.sleep(11)  # the status file is written once per log interval
+    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(mirror.config), "status", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    [flow] = json.loads(out.stdout)
+    assert flow["state"] == "running"
+    by_partition = {(p["topic"], p["partition"]): p for p in flow["partitions"]}
+    assert by_partition[("m1.fields", 2)]["record-count"] == 500
+    assert "flow alpha->beta: running" in mirror.output()  # the progress line
 
 
 def test_a_topic_and_a_partition_added_while_running_are_mirrored(mirror: StreamProcess) -> None:

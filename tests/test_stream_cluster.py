@@ -58,7 +58,7 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
                 proc.wait(30)
 
 
-def test_the_stream_runs_on_a_standalone_cluster(local_clusters: config.MirrorConfig,
+def test_the_stream_runs_on_a_standalone_cluster(stream_clusters: config.MirrorConfig,
                                                  standalone: tuple[str, Path], tmp_path: Path) -> None:
     url, worker_dir = standalone
     cfg = tmp_path / "mirror.properties"

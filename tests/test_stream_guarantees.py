@@ -39,7 +39,7 @@ def _write_config(tmp: Path, aliases: tuple[str, str], flows: list[str], extra: 
 
 
 def test_exactly_once_survives_three_kill_9s_and_fences_a_second_instance(
-        local_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
     cfg = _write_config(tmp_path, ("east", "west"), ["east->west"],
                         "east->west.topics = eos\\..*\nwest.exactly.once.source.support = enabled\n")
     create_topic(ALPHA, "eos.orders", 3)
@@ -89,7 +89,7 @@ def test_exactly_once_survives_three_kill_9s_and_fences_a_second_instance(
 
 
 @pytest.mark.parametrize("policy", ["default", "identity"])
-def test_active_active_never_loops(local_clusters: config.MirrorConfig, tmp_path: Path, policy: str) -> None:
+def test_active_active_never_loops(stream_clusters: config.MirrorConfig, tmp_path: Path, policy: str) -> None:
     a, b = ("north", "south") if policy == "default" else ("left", "right")
     topic = f"aa-{policy}"
     extra = f"topics = {topic}.*\n"
@@ -132,7 +132,7 @@ def test_active_active_never_loops(local_clusters: config.MirrorConfig, tmp_path
 
 
 def test_a_record_too_large_for_the_target_stops_the_flow_naming_it(
-        local_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
     cfg = _write_config(tmp_path, ("big", "small"), ["big->small"], "topics = big\\..*\n")
     create_topic(ALPHA, "big.t", 1, **{"max.message.bytes": "2000000"})
     create_topic(BETA, "big.big.t", 1, **{"max.message.bytes": "100000"})

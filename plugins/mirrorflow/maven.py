@@ -7,6 +7,7 @@ runtime dependencies through whatever repositories the machine's Maven is set up
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 from pathlib import Path
@@ -49,6 +50,13 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0
 def fetch(name: str, artifacts: tuple[str, ...], cache: Path) -> Path:
     """A folder holding the artifacts and their runtime dependencies (fetched once, then reused)."""
     target = cache.resolve() / name
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes starting at once fetch once
+        return _fetch_locked(target, artifacts)
+
+
+def _fetch_locked(target: Path, artifacts: tuple[str, ...]) -> Path:
     done = target / ".complete"
     wanted = "\n".join(artifacts)
     if done.exists() and done.read_text() == wanted:
@@ -58,10 +66,9 @@ def fetch(name: str, artifacts: tuple[str, ...], cache: Path) -> Path:
                                "(apt-get install maven)")
     if shutil.which("java") is None:
         raise OperationalError("Java is not installed: Kafka needs Java 17 (apt-get install openjdk-17-jre-headless)")
-    target.mkdir(parents=True, exist_ok=True)
     deps = "".join(_dependency(a) for a in artifacts)
     pom = target / "pom.xml"
-    pom.write_text(_POM.format(name=name, deps=deps))
+    pom.write_text(_POM.format(name=target.name, deps=deps))
     lib = target / "lib"
     shutil.rmtree(lib, ignore_errors=True)
     proc = subprocess.run(
