@@ -84,10 +84,15 @@ def ends(bootstrap: str, topic: str) -> int:
 def wait_copied(topic: str, want: int, proc: subprocess.Popen[bytes], limit_s: float) -> tuple[float, int]:
     """(seconds from the first mirrored record to the last, records) on the target."""
     first_t, first_n, deadline = 0.0, 0, time.monotonic() + limit_s
+    last_n, last_change = 0, time.monotonic()
     while time.monotonic() < deadline:
         n = ends(f"127.0.0.1:{DST}", topic)
         if n and not first_t:
             first_t, first_n = time.monotonic(), n
+        if n != last_n:
+            last_n, last_change = n, time.monotonic()
+        elif time.monotonic() - last_change > 180:
+            raise SystemExit(f"{topic}: no progress for 180 s at {n} records (see the mirror's log)")
         if n >= want:
             return time.monotonic() - first_t, n - first_n
         if proc.poll() is not None:
@@ -169,7 +174,8 @@ config.storage.replication.factor = 1
 sync.topic.acls.enabled = false
 """)
     with open(work / "mm2.log", "wb") as log:
-        proc = subprocess.Popen(["java", "-Xmx1g", "-cp", f"{jars}/lib/*",
+        # 12 tasks each with a consumer and a producer: 1 GiB of heap runs out of memory.
+        proc = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{jars}/lib/*",
                                  "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
                                 stdout=log, stderr=subprocess.STDOUT)
     rss = PeakRss(proc.pid)

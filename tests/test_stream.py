@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from conftest import PORTS
-from mirrorflow import config, local
+from mirrorflow import config, local, offset_syncs
+from mirrorflow.offset_syncs import OffsetRun, Position
 from streams import (
     QUIET,
     StreamProcess,
@@ -95,6 +96,32 @@ def test_every_field_of_every_record_is_preserved(mirror: StreamProcess) -> None
     committed = [m.value() for m in read_partition(BETA, "alpha.m1.fields", 1)]
     assert committed == [f"txn{i}-{j}".encode() for i in (0, 2, 4) for j in range(5)]  # aborted ones absent
     assert read_partition(BETA, "alpha.m1.fields", 3) == []  # a partition with no records stays empty
+
+
+def _latest_syncs() -> dict[bytes, object]:
+    """The offset-syncs topic as compaction leaves it: the newest record per key."""
+    return {m.key(): offset_syncs.decode(m.key(), m.value())
+            for m in read_partition(BETA, "mirrorflow-offset-syncs.alpha.internal", 0)}
+
+
+def test_offset_syncs_map_every_mirrored_record_exactly(mirror: StreamProcess) -> None:
+    source_ends = end_offsets(ALPHA, "m1.fields")
+    wait_for(lambda: {(r.partition, r.upstream_next) for r in _latest_syncs().values()
+                      if isinstance(r, Position) and r.topic == "m1.fields"} >= {(0, source_ends[0]),
+                     (1, source_ends[1]), (2, source_ends[2])}, 60, "positions at the source's end", mirror)
+    latest = _latest_syncs()
+    for partition in (0, 1, 2):
+        runs = sorted((r for r in latest.values() if isinstance(r, OffsetRun)
+                       and (r.topic, r.partition) == ("m1.fields", partition)), key=lambda r: r.upstream)
+        mirrored = [(origin(m).offset, m.offset()) for m in read_partition(BETA, "alpha.m1.fields", partition)]
+        assert offset_syncs.expand(runs) == mirrored, partition
+        [position] = [r for r in latest.values() if isinstance(r, Position)
+                      and (r.topic, r.partition) == ("m1.fields", partition)]
+        assert position.upstream_next == source_ends[partition]
+        assert position.downstream_next == mirrored[-1][1] + 1
+    # the transactional partition: commit markers and aborted records leave gaps, so several runs
+    assert len([r for r in latest.values() if isinstance(r, OffsetRun) and r.partition == 1
+                and r.topic == "m1.fields"]) == 3
 
 
 def test_metrics_and_status_report_each_partition(mirror: StreamProcess) -> None:

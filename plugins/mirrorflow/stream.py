@@ -34,7 +34,7 @@ from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
 from mirrorflow.flow_lease import FlowLease
-from mirrorflow.offset_syncs import OffsetRun
+from mirrorflow.offset_syncs import OffsetRun, Position
 from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
 log = logging.getLogger(__name__)
@@ -98,6 +98,7 @@ class _Driver:
         self.lease: FlowLease | None = None
         self.server: Any = None
         self.spark: Any = None
+        self.position_producer: Any = None
 
     def prepare(self) -> None:
         admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
@@ -264,7 +265,7 @@ class _Driver:
         if grown:
             admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
             self.ready.update(grown)
-        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated})
+        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends)
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec),
                                                          SUMMARY_SCHEMA).collect()]
@@ -274,16 +275,32 @@ class _Driver:
             if r["run_length"] > 0:
                 self.last_runs[tp] = OffsetRun(tp[0], tp[1], r["run_upstream"], r["run_downstream"],
                                                r["run_length"])
+        quiet = {tp: end for tp, end in ends.items() if tp[0] in replicated and end > self.mirrored.get(tp, -1)}
+        self._advance_positions(quiet)
         self.metrics.observe(rows)
 
-    def _spec(self, remote: Mapping[str, str]) -> WriterSpec:
+    def _advance_positions(self, ends: Mapping[tuple[str, int], int]) -> None:
+        """Record the positions of partitions whose batch held no visible record (markers, aborted ones)."""
+        if not ends:
+            return
+        if self.position_producer is None:
+            self.position_producer = clients.producer(self.target, **{"acks": "all", "enable.idempotence": True})
+        for tp, end in ends.items():
+            last = self.last_runs.get(tp)
+            position = Position(tp[0], tp[1], end, last.downstream_end if last else -1)
+            self.position_producer.produce(self.syncs_topic, position.value(), position.key(), partition=0)
+            self.mirrored[tp] = end
+        if self.position_producer.flush(60) > 0:
+            raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}")
+
+    def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int]) -> WriterSpec:
         return WriterSpec(
             flow=self.flow.name, source=self.flow.source, target=self.flow.target,
             producer_settings=clients.settings(self.target, "producer"),
             consumer_settings=clients.settings(self.target, "consumer"),
             source_admin_settings=clients.settings(self.source, "admin"),
             target_admin_settings=clients.settings(self.target, "admin"),
-            remote=dict(remote), mirrored=dict(self.mirrored), last_runs=dict(self.last_runs),
+            remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends), last_runs=dict(self.last_runs),
             syncs_topic=self.syncs_topic, provenance=self.flow.flag("mirrorflow.provenance.header.enabled"),
             exactly_once=self.exactly_once)
 

@@ -61,6 +61,7 @@ class WriterSpec:
     target_admin_settings: Mapping[str, Any] = field(repr=False)
     remote: Mapping[str, str]  # source topic -> remote topic, only for topics the flow replicates
     mirrored: Mapping[TopicPartition, int]  # upstream offset below which the target has every record
+    ends: Mapping[TopicPartition, int]  # the micro-batch's end offset of each source partition
     last_runs: Mapping[TopicPartition, OffsetRun]
     syncs_topic: str
     provenance: bool
@@ -75,48 +76,40 @@ class MirrorError(Exception):
 
 
 def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: mirror every record of the task, then yield one summary row per source partition."""
-    held = list(batches)
-    by_partition: dict[TopicPartition, list[tuple[pa.RecordBatch, int, int]]] = {}
-    for batch in held:
-        if batch.num_rows == 0:
-            continue
-        topics = batch.column("topic").to_pylist()
-        parts = batch.column("partition").to_pylist()
-        start = 0
-        for i in range(1, batch.num_rows + 1):
-            if i == batch.num_rows or topics[i] != topics[start] or parts[i] != parts[start]:
-                by_partition.setdefault((topics[start], parts[start]), []).append((batch, start, i))
-                start = i
-    rows = [_mirror_one(spec, tp, slices) for tp, slices in by_partition.items()]
+    """mapInArrow body: mirror every record of the task, then yield one summary row per source partition.
+
+    Records are produced as Arrow batches arrive, so Spark's reading and the producing overlap.
+    """
+    writes: dict[TopicPartition, _PartitionWrite] = {}
+    try:
+        for batch in batches:
+            for tp, part in _by_partition(batch):
+                write = writes.get(tp)
+                if write is None:
+                    write = writes[tp] = _PartitionWrite(spec, tp)
+                write.write(part)
+        rows = [write.settle().row() for write in writes.values()]
+    except KafkaException as exc:
+        err: KafkaError = exc.args[0]
+        if err.code() in _FENCED:
+            raise MirrorError(f"flow {spec.flow}: fenced: another instance of this flow is writing to "
+                              f"{spec.target}") from None
+        raise
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
 
 
-def _mirror_one(spec: WriterSpec, tp: TopicPartition,
-                slices: list[tuple[pa.RecordBatch, int, int]]) -> dict[str, Any]:
-    mirrored = spec.mirrored.get(tp, -1)
-    if spec.exactly_once:
-        mirrored = max(mirrored, _committed_position(spec, tp))
-        for attempt in (1, 2):
-            producer, fresh = _transactional_producer(spec, tp)
-            try:
-                producer.begin_transaction()
-                summary = _write(spec, producer, tp, slices, mirrored)
-                producer.commit_transaction()
-                return summary.row()
-            except KafkaException as exc:
-                err: KafkaError = exc.args[0]
-                _PRODUCERS.pop(_transactional_id(spec, tp), None)
-                if err.code() in _FENCED or err.fatal():
-                    if fresh or attempt == 2:
-                        raise MirrorError(f"flow {spec.flow}: fenced while writing {tp[0]}-{tp[1]}: another "
-                                          "instance of this flow is writing to the target") from None
-                    continue  # a producer cached by this worker lost its epoch to one in another worker
-                raise
-        raise AssertionError("unreachable")
-    producer = _idempotent_producer(spec)
-    return _write(spec, producer, tp, slices, mirrored).row()
+def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:
+    """The batch cut into runs of one source partition each, in order."""
+    if batch.num_rows == 0:
+        return
+    topics = batch.column("topic").to_pylist()
+    parts = batch.column("partition").to_pylist()
+    start = 0
+    for i in range(1, batch.num_rows + 1):
+        if i == batch.num_rows or topics[i] != topics[start] or parts[i] != parts[start]:
+            yield (topics[start], parts[start]), batch.slice(start, i - start)
+            start = i
 
 
 class _Summary:
@@ -144,37 +137,48 @@ class _Summary:
         }
 
 
-def _write(spec: WriterSpec, producer: Producer, tp: TopicPartition,
-           slices: list[tuple[pa.RecordBatch, int, int]], mirrored: int) -> _Summary:
-    topic, partition = tp
-    summary = _Summary(tp)
-    remote = spec.remote.get(topic)
-    written: list[int] = []  # upstream offsets, in produce order
-    acked: list[int] = []  # downstream offsets, in delivery order (= produce order within a partition)
-    failures: list[tuple[KafkaError, int, int]] = []  # (error, record size, index in write order)
-    latency, target = summary.latency, spec.target
+class _PartitionWrite:
+    """One source partition's records within one task: produced as they come, settled at the end."""
 
-    def delivered(err: KafkaError | None, msg: Any) -> None:
+    def __init__(self, spec: WriterSpec, tp: TopicPartition) -> None:
+        self.spec, self.tp = spec, tp
+        self.summary = _Summary(tp)
+        self.remote = spec.remote.get(tp[0])
+        self.mirrored = spec.mirrored.get(tp, -1)
+        self.written: list[int] = []  # upstream offsets, in produce order
+        self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
+        self.failures: list[tuple[KafkaError, int, int]] = []  # (error, record size, index in write order)
+        if spec.exactly_once:
+            self.mirrored = max(self.mirrored, _committed_position(spec, tp))
+            self.producer = _transactional_producer(spec, tp)
+            self.producer.begin_transaction()
+        else:
+            self.producer = _idempotent_producer(spec)
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
-            failures.append((err, len(msg.value() or b"") + len(msg.key() or b""), len(acked) + len(failures)))
+            size = len(msg.value() or b"") + len(msg.key() or b"")
+            self.failures.append((err, size, len(self.acked) + len(self.failures)))
             return
-        acked.append(msg.offset())
-        latency.add(int(time.time() * 1000) - msg.timestamp()[1])
+        self.acked.append(msg.offset())
+        self.summary.latency.add(int(time.time() * 1000) - msg.timestamp()[1])
 
-    for batch, start, end in slices:
-        part = batch.slice(start, end - start)
+    def write(self, part: pa.RecordBatch) -> None:
+        summary, spec, remote = self.summary, self.spec, self.remote
+        topic, partition = self.tp
         offsets = part.column("offset").to_pylist()
         summary.upstream_next = offsets[-1] + 1
         if remote is None:
             summary.filtered += len(offsets)
-            continue
+            return
         keys = part.column("key").to_pylist()
         values = part.column("value").to_pylist()
         stamps = part.column("ts").to_pylist()
         headers = _headers(part.column("headers"))
         now = int(time.time() * 1000)
+        producer, delivered, written, target = self.producer, self._delivered, self.written, spec.target
         for i, offset in enumerate(offsets):
-            if offset < mirrored:
+            if offset < self.mirrored:
                 summary.skipped += 1
                 continue
             hdrs = headers[i]
@@ -191,19 +195,27 @@ def _write(spec: WriterSpec, producer: Producer, tp: TopicPartition,
             summary.age.add(now - ts)
             summary.last_timestamp = ts
         summary.records = len(written)
-    if remote is None:
-        return summary  # a topic the pattern matched but the flow does not replicate: nothing to record
-    _flush(producer, spec, tp)
-    if failures:
-        # The broker refuses a whole batch for one oversized record: name the largest one.
-        err, size, index = max(failures, key=lambda f: f[1]) if any(
-            f[0].code() == KafkaError.MSG_SIZE_TOO_LARGE for f in failures) else failures[0]
-        raise MirrorError(_failure_message(spec, tp, remote, written[index], err, size))
-    if len(acked) != len(written):
-        raise MirrorError(f"flow {spec.flow}: {topic}-{partition}: {len(written) - len(acked)} records "
-                          "have no delivery report after flush")
-    _record_syncs(spec, producer, tp, summary, list(zip(written, acked, strict=True)))
-    return summary
+
+    def settle(self) -> _Summary:
+        """Wait for every acknowledgement, then record the offset syncs (and commit, exactly-once)."""
+        spec, tp, producer, remote = self.spec, self.tp, self.producer, self.remote
+        if remote is None:
+            if spec.exactly_once:
+                producer.abort_transaction()
+            return self.summary  # a topic the pattern matched but the flow does not replicate
+        _flush(producer, spec, tp)
+        if self.failures:
+            # The broker refuses a whole batch for one oversized record: name the largest one.
+            err, size, index = max(self.failures, key=lambda f: f[1]) if any(
+                f[0].code() == KafkaError.MSG_SIZE_TOO_LARGE for f in self.failures) else self.failures[0]
+            raise MirrorError(_failure_message(spec, tp, remote, self.written[index], err, size))
+        if len(self.acked) != len(self.written):
+            raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {len(self.written) - len(self.acked)} "
+                              "records have no delivery report after flush")
+        _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)))
+        if spec.exactly_once:
+            producer.commit_transaction()
+        return self.summary
 
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
@@ -234,6 +246,8 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
     summary.run = runs[-1] if runs else previous
     if summary.upstream_next < 0:
         return
+    # Transaction markers and aborted records after the last visible record are read too.
+    summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
     summary.downstream_next = pairs[-1][1] + 1 if pairs else (previous.downstream_end if previous else -1)
     position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next)
     records: list[OffsetRun | Position] = [*runs, position]
@@ -319,16 +333,14 @@ def transactional_id(source: str, target: str, tp: TopicPartition) -> str:
     return f"mirrorflow-{source}-{target}-{tp[0]}-{tp[1]}"
 
 
-def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> tuple[Producer, bool]:
-    tid = _transactional_id(spec, tp)
-    producer = _PRODUCERS.get(tid)
-    if producer is not None:
-        return producer, False
-    producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
+def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> Producer:
+    # A fresh producer per task: its init aborts what an earlier attempt left open, and a producer
+    # cached in one Python worker would be fenced by the same id in another worker.
+    producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS,
+                         "transactional.id": _transactional_id(spec, tp),
                          "transaction.timeout.ms": 600_000, "message.timeout.ms": 600_000})
     producer.init_transactions(60)
-    _PRODUCERS[tid] = producer
-    return producer, True
+    return producer
 
 
 def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, Any],
