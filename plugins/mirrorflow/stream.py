@@ -178,6 +178,7 @@ class _Driver:
                 last_log = time.monotonic()
                 snapshot = self.metrics.snapshot()
                 log.info(metrics.progress_line(snapshot))
+                self._log_batch_timing(query)
                 metrics.write_status(status_file(self.flow), snapshot)
             time.sleep(0.5)
         self._stop(query)
@@ -199,6 +200,13 @@ class _Driver:
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop_requested.set())
+
+    def _log_batch_timing(self, query: Any) -> None:
+        progress = query.lastProgress
+        if progress and progress.get("durationMs"):
+            parts = ", ".join(f"{k} {v}" for k, v in sorted(progress["durationMs"].items()) if v)
+            log.info("flow %s: last batch %s (%s rows) took ms: %s", self.flow.name, progress.get("batchId"),
+                     progress.get("numInputRows"), parts)
 
     def _observe_progress(self, query: Any) -> None:
         progress = query.lastProgress
@@ -266,9 +274,12 @@ class _Driver:
             admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
             self.ready.update(grown)
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends)
+        # One task per core, each writing several source partitions in turn (coalesce concatenates
+        # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
+        tasks = max(1, self.spark.sparkContext.defaultParallelism)
         rows = [r.asDict(recursive=True) for r in
-                df.selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec),
-                                                         SUMMARY_SCHEMA).collect()]
+                df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
+                .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
         for r in rows:
             tp = (r["topic"], r["partition"])
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])

@@ -88,7 +88,7 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
                 if write is None:
                     write = writes[tp] = _PartitionWrite(spec, tp)
                 write.write(part)
-        rows = [write.settle().row() for write in writes.values()]
+        rows = _settle(spec, list(writes.values()))
     except KafkaException as exc:
         err: KafkaError = exc.args[0]
         if err.code() in _FENCED:
@@ -97,6 +97,18 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
         raise
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
+
+
+def _settle(spec: WriterSpec, writes: list[_PartitionWrite]) -> list[dict[str, Any]]:
+    """Every write acknowledged, then its offset syncs recorded: one flush for the whole task when
+    the writes share the idempotent producer, one transaction per partition in exactly-once mode."""
+    if spec.exactly_once:
+        return [w.settle().row() for w in writes]
+    shared = _idempotent_producer(spec)
+    _flush(shared, spec, writes[0].tp if writes else ("-", -1))
+    rows = [w.settle(flushed=True).row() for w in writes]
+    _flush(shared, spec, writes[0].tp if writes else ("-", -1))
+    return rows
 
 
 def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:
@@ -196,14 +208,18 @@ class _PartitionWrite:
             summary.last_timestamp = ts
         summary.records = len(written)
 
-    def settle(self) -> _Summary:
-        """Wait for every acknowledgement, then record the offset syncs (and commit, exactly-once)."""
+    def settle(self, *, flushed: bool = False) -> _Summary:
+        """Wait for every acknowledgement, then record the offset syncs (and commit, exactly-once).
+
+        `flushed`: the caller has flushed the shared producer and flushes it again after.
+        """
         spec, tp, producer, remote = self.spec, self.tp, self.producer, self.remote
         if remote is None:
             if spec.exactly_once:
                 producer.abort_transaction()
             return self.summary  # a topic the pattern matched but the flow does not replicate
-        _flush(producer, spec, tp)
+        if not flushed:
+            _flush(producer, spec, tp)
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
             err, size, index = max(self.failures, key=lambda f: f[1]) if any(
@@ -214,7 +230,9 @@ class _PartitionWrite:
                               "records have no delivery report after flush")
         _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)))
         if spec.exactly_once:
-            producer.commit_transaction()
+            producer.commit_transaction()  # flushes the syncs with the records
+        elif not flushed:
+            _flush(producer, spec, tp)
         return self.summary
 
 
@@ -255,8 +273,6 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
         _produce(producer, spec.syncs_topic, 0, record.key(), record.value(), int(time.time() * 1000),
                  None, None)
     summary.syncs = len(runs) + 1
-    if not spec.exactly_once:
-        _flush(producer, spec, tp)  # in exactly-once mode the commit flushes
 
 
 def _flush(producer: Producer, spec: WriterSpec, tp: TopicPartition) -> None:
