@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "$MIRRORFLOW_HOME/streams/A-B/checkpoint)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus /metrics and JSON /status on 127.0.0.1:PORT")
-    p.add_argument("--max-records-per-batch", type=int, default=200_000, metavar="N",
-                   help="records per micro-batch at most (default: 200000)")
+    p.add_argument("--max-records-per-batch", type=int, default=100_000, metavar="N",
+                   help="records per micro-batch at most (default: 100000)")
     p.add_argument("--trigger-ms", type=int, default=100, metavar="MS",
                    help="micro-batch interval when idle (default: 100)")
     p.add_argument("--driver-memory", default="1g", help="Spark driver heap (default: 1g)")

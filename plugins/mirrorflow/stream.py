@@ -51,7 +51,7 @@ class StreamOptions:
     master: str = "local[*]"
     checkpoint: Path | None = None
     metrics_port: int | None = None
-    max_records_per_batch: int = 200_000
+    max_records_per_batch: int = 100_000
     trigger_ms: int = 100
     log_interval_s: float = 10.0
     driver_memory: str = "1g"

@@ -328,6 +328,8 @@ _PRODUCERS: dict[str, Producer] = {}
 _PRODUCER_DEFAULTS = {
     "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_048_576,
     "message.max.bytes": 100_000_000, "compression.type": "none",
+    # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits.
+    "queue.buffering.max.kbytes": 65_536,
 }
 
 
