@@ -156,6 +156,18 @@ def perf_tools(jars: Path, records: int) -> dict[str, float]:
             "consumer_rps": float(row[5]), "consumer_mbs": float(row[3])}
 
 
+def measure(proc: subprocess.Popen[bytes], alias: str, latency_topic: str, records: int) -> dict[str, float]:
+    """Throughput on the backlog, then latency at a fixed rate, and the peak RSS of the mirror's tree."""
+    rss = PeakRss(proc.pid)
+    try:
+        seconds, copied = wait_copied(f"{alias}.bench", records, proc, 3600)
+        p50, p99 = latency(latency_topic, f"{alias}.{latency_topic}")
+    finally:
+        proc.terminate()
+        proc.wait(120)
+    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss.stop(), "p50_ms": p50, "p99_ms": p99}
+
+
 def run_mm2(jars: Path, work: Path, records: int) -> dict[str, float]:
     props = work / "mm2.properties"
     props.write_text(f"""clusters = mm2src, dst
@@ -178,14 +190,7 @@ sync.topic.acls.enabled = false
         proc = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{jars}/lib/*",
                                  "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
                                 stdout=log, stderr=subprocess.STDOUT)
-    rss = PeakRss(proc.pid)
-    try:
-        seconds, copied = wait_copied("mm2src.bench", records, proc, 3600)
-        p50, p99 = latency("lat-mm2", "mm2src.lat-mm2")
-    finally:
-        proc.terminate()
-        proc.wait(60)
-    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss.stop(), "p50_ms": p50, "p99_ms": p99}
+    return measure(proc, "mm2src", "lat-mm2", records)
 
 
 def run_mirrorflow(work: Path, records: int) -> dict[str, float]:
@@ -202,14 +207,7 @@ offset-syncs.topic.replication.factor = 1
         proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(props), "stream",
                                  "--flow", "src->dst", "--checkpoint", str(work / "checkpoint")],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    rss = PeakRss(proc.pid)
-    try:
-        seconds, copied = wait_copied("src.bench", records, proc, 3600)
-        p50, p99 = latency("lat-mf", "src.lat-mf")
-    finally:
-        proc.terminate()
-        proc.wait(120)
-    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss.stop(), "p50_ms": p50, "p99_ms": p99}
+    return measure(proc, "src", "lat-mf", records)
 
 
 def table(limit: dict[str, float], mm2: dict[str, float], mf: dict[str, float]) -> str:

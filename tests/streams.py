@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -152,3 +153,33 @@ def mirrored_offsets(bootstrap: str, topic: str, partitions: int, *, committed: 
     """Per target partition, the source offsets its records carry (in target order)."""
     return [[origin(m).offset for m in read_partition(bootstrap, topic, p, committed=committed)]
             for p in range(partitions)]
+
+
+class SteadyProducer:
+    """Produces `{prefix}{i}` round-robin over the partitions in a thread until stopped (or `limit`)."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int, *, limit: int | None = None,
+                 keyed: bool = False, pause_every: int = 500) -> None:
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.limit, self.keyed, self.pause_every = limit, keyed, pause_every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def __enter__(self) -> SteadyProducer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        p, i = producer(self.bootstrap), 0
+        while not self._stop.is_set() and (self.limit is None or i < self.limit):
+            p.produce(self.topic, f"r{i}".encode(), f"k{i}".encode() if self.keyed else None,
+                      partition=i % self.partitions)
+            i += 1
+            if i % self.pause_every == 0:
+                p.poll(0)
+                time.sleep(0.05)
+        p.flush(30)

@@ -9,7 +9,6 @@ import json
 import random
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from mirrorflow import config, local, offset_syncs
 from mirrorflow.offset_syncs import OffsetRun, Position
 from streams import (
     QUIET,
+    SteadyProducer,
     StreamProcess,
     config_text,
     create_topic,
@@ -189,30 +189,13 @@ def test_a_target_outage_stalls_the_flow_and_it_resumes_without_loss(
 
 def test_kill_9_at_random_points_loses_nothing(mirror: StreamProcess) -> None:
     create_topic(ALPHA, "m1.crash", 4)
-    stop = threading.Event()
-
-    def produce() -> None:
-        p, i = producer(ALPHA), 0
-        while not stop.is_set():
-            p.produce("m1.crash", f"r{i}".encode(), f"k{i}".encode(), partition=i % 4)
-            i += 1
-            if i % 500 == 0:
-                p.poll(0)
-                time.sleep(0.05)
-        p.flush(30)
-
-    writer = threading.Thread(target=produce)
-    writer.start()
     rng = random.Random(7)
-    try:
+    with SteadyProducer(ALPHA, "m1.crash", 4, keyed=True):
         for _ in range(3):
             wait_for(lambda: sum(end_offsets(BETA, "alpha.m1.crash") or [0]) > 0, 240, "progress", mirror)
             time.sleep(rng.uniform(3, 15))
             mirror.kill9()
             mirror.start()
-    finally:
-        stop.set()
-        writer.join()
     source_ends = end_offsets(ALPHA, "m1.crash")
     wait_for(lambda: all(set(range(n)) <= set(got) for n, got in
                          zip(source_ends, mirrored_offsets(BETA, "alpha.m1.crash", 4), strict=True)),

@@ -7,7 +7,6 @@ topics and remote topic names never collide with another module's.
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 from conftest import PORTS
 from mirrorflow import config
 from streams import (
+    SteadyProducer,
     StreamProcess,
     config_text,
     create_topic,
@@ -45,22 +45,8 @@ def test_exactly_once_survives_three_kill_9s_and_fences_a_second_instance(
     create_topic(ALPHA, "eos.orders", 3)
     stream = StreamProcess(cfg, "east->west", tmp_path / "first")
     stream.start()
-    stop = threading.Event()
-
-    def produce() -> None:
-        p, i = producer(ALPHA), 0
-        while not stop.is_set() and i < 60_000:
-            p.produce("eos.orders", f"r{i}".encode(), partition=i % 3)
-            i += 1
-            if i % 300 == 0:
-                p.poll(0)
-                time.sleep(0.05)
-        p.flush(30)
-
-    writer = threading.Thread(target=produce)
-    writer.start()
     rng = random.Random(11)
-    try:
+    with SteadyProducer(ALPHA, "eos.orders", 3, limit=60_000, pause_every=300):
         wait_for(lambda: sum(end_offsets(BETA, "east.eos.orders") or [0]) > 0, 240, "first records", stream)
         second = StreamProcess(cfg, "east->west", tmp_path / "second")
         second.start()
@@ -71,9 +57,6 @@ def test_exactly_once_survives_three_kill_9s_and_fences_a_second_instance(
             stream.kill9()
             stream.start()
             wait_for(lambda: sum(end_offsets(BETA, "east.eos.orders") or [0]) > 0, 240, "a restart", stream)
-    finally:
-        stop.set()
-        writer.join()
     source_ends = end_offsets(ALPHA, "eos.orders")
 
     def complete() -> bool:

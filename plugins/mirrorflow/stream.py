@@ -89,6 +89,11 @@ class _Driver:
         self.checkpoint = options.checkpoint or flow_home(flow) / "checkpoint"
         self.pattern = selection.subscription_pattern(flow)
         self.metrics = metrics.FlowMetrics(flow.name, flow.source, flow.target)
+        # Resolved once: every micro-batch ships them to the executors.
+        self.producer_settings = clients.settings(self.target, "producer")
+        self.consumer_settings = clients.settings(self.target, "consumer")
+        self.source_admin_settings = clients.settings(self.source, "admin")
+        self.target_admin_settings = clients.settings(self.target, "admin")
         self.source_admin = clients.admin(self.source)
         self.target_admin = clients.admin(self.target)
         self.mirrored: dict[tuple[str, int], int] = {}
@@ -104,13 +109,12 @@ class _Driver:
         admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
                                          self.flow.number("offset-syncs.topic.replication.factor"),
                                          {"cleanup.policy": "compact"})
-        consumer_settings = clients.settings(self.target, "consumer")
-        self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings,
-                               clients.settings(self.target, "admin"))
+        consumer_settings = self.consumer_settings
+        self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
         self.lease.acquire()
         if self.exactly_once:
             stream_writer.fence(self.flow.name, self.flow.source, self.flow.target,
-                                clients.settings(self.target, "producer"), self._source_partitions())
+                                self.producer_settings, self._source_partitions())
         positions, self.last_runs = offset_syncs.read(consumer_settings, self.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in positions.items()}
         self.metrics.observe_source_ends({})
@@ -307,10 +311,8 @@ class _Driver:
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int]) -> WriterSpec:
         return WriterSpec(
             flow=self.flow.name, source=self.flow.source, target=self.flow.target,
-            producer_settings=clients.settings(self.target, "producer"),
-            consumer_settings=clients.settings(self.target, "consumer"),
-            source_admin_settings=clients.settings(self.source, "admin"),
-            target_admin_settings=clients.settings(self.target, "admin"),
+            producer_settings=self.producer_settings, consumer_settings=self.consumer_settings,
+            source_admin_settings=self.source_admin_settings, target_admin_settings=self.target_admin_settings,
             remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends), last_runs=dict(self.last_runs),
             syncs_topic=self.syncs_topic, provenance=self.flow.flag("mirrorflow.provenance.header.enabled"),
             exactly_once=self.exactly_once)
