@@ -146,3 +146,10 @@ def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dic
             AdminClient({"bootstrap.servers": "127.0.0.1:39492", **QUIET}).list_topics(timeout=4)
     finally:
         subprocess.run([*cli, "down", "--purge"], capture_output=True, env=cluster_env, check=False)
+
+
+def test_a_generated_cluster_id_never_reads_as_an_option() -> None:
+    from mirrorflow.local import _cluster_id
+
+    ids = [_cluster_id() for _ in range(5000)]  # about 1 in 64 raw ids starts with "-"
+    assert all(not i.startswith("-") and len(i) == 22 for i in ids)

@@ -331,7 +331,11 @@ def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
 
 
 def _cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    # As Kafka's Uuid.randomUuid: an id starting with "-" would be read as an option by kafka-storage.
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _spawn(b: LocalBroker, jars: Path) -> subprocess.Popen[bytes]:
