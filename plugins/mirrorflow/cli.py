@@ -22,8 +22,6 @@ DEFAULT_CONFIG = "include/mirrorflow.properties"
 PLANNED: dict[str, str] = {
     "plan": "show, without changing anything, every topic, partition, config and ACL change sync would make",
     "sync": "create and grow remote topics, sync topic configs and ACLs",
-    "checkpoint": "translate consumer-group offsets and write checkpoints (one round or --loop)",
-    "translate": "print the target offsets of a consumer group, per partition",
     "topology": "print clusters, flows, upstream clusters and replication hops from heartbeats",
     "failover": "run the DR failover runbook (planned or unplanned)",
     "failback": "run the DR failback runbook",
@@ -108,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flow", metavar="A->B", help="only this flow")
     _add_json(p)
     p.set_defaults(run=cmd_status)
+
+    p = sub.add_parser("checkpoint", help="translate consumer-group offsets and write MM2 checkpoints "
+                       "(one round, or every emit.checkpoints.interval.seconds with --loop)")
+    p.add_argument("--flow", metavar="A->B", help="only this flow (default: every enabled flow emitting checkpoints)")
+    p.add_argument("--loop", action="store_true", help="keep running rounds until SIGTERM or Ctrl-C")
+    _add_json(p)
+    p.set_defaults(run=cmd_checkpoint)
+
+    p = sub.add_parser("translate", help="print where a consumer group would resume on the target, per partition")
+    p.add_argument("--group", required=True, help="the consumer group on the source")
+    p.add_argument("--source", required=True, metavar="ALIAS")
+    p.add_argument("--target", required=True, metavar="ALIAS")
+    _add_json(p)
+    p.set_defaults(run=cmd_translate)
 
     for name, text in PLANNED.items():
         p = sub.add_parser(name, help=text, description=text)
@@ -219,24 +231,81 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mirrorflow import metrics, stream
+    from mirrorflow import metrics
 
     cfg = load_config(args)
     flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
     out, lines = [], []
     for flow in flows:
-        snap = metrics.read_status(stream.status_file(flow))
+        snap = metrics.read_status(metrics.status_file(flow))
+        checkpoints = metrics.read_status(metrics.checkpoint_status_file(flow))
         if snap is None:
-            out.append({"flow": flow.name, "state": "never run"})
-            lines.append(f"flow {flow.name}: never run")
-            continue
+            snap = {"flow": flow.name, "state": "never run"}
+            lines.append(f"flow {flow.name}: stream never run")
+        else:
+            age = time.time() - snap["updated"]
+            lines.append(metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
+            lines.extend(f"  {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
+                         f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"
+                         for p in snap["partitions"])
+        if checkpoints is not None:
+            snap["checkpoints"] = checkpoints
+            lines.append("  " + metrics.checkpoint_line(checkpoints))
         out.append(snap)
-        age = time.time() - snap["updated"]
-        lines.append(metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
-        lines.extend(f"  {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
-                     f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"
-                     for p in snap["partitions"])
     _print(out, args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from mirrorflow import checkpoints
+
+    cfg = load_config(args)
+    flows = ([cfg.flow(args.flow)] if args.flow
+             else [f for f in cfg.enabled_flows if f.flag("emit.checkpoints.enabled")])
+    out: list[dict[str, Any]] = []
+
+    def report(flow: configmod.Flow, results: list[checkpoints.GroupCheckpoints]) -> None:
+        if args.json:
+            out.extend({"flow": flow.name, "group": r.group, "group_sync": r.group_sync,
+                        "partitions": [vars(p) for p in r.partitions]} for r in results)
+            return
+        for r in results:
+            print(r.line(flow), flush=True)
+        if not results:
+            print(f"flow {flow.name}: no consumer group with offsets on mirrored topics", flush=True)
+
+    if args.loop:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        checkpoints.loop(cfg, flows, report, stop)
+    else:
+        for flow in flows:
+            report(flow, checkpoints.run_round(cfg, flow))
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_translate(args: argparse.Namespace) -> int:
+    from mirrorflow import checkpoints
+
+    cfg = load_config(args)
+    flow = cfg.flow(f"{args.source}->{args.target}")
+    rows = checkpoints.translate_group(cfg, flow, args.group)
+    lines = [f"group {args.group}, {flow.name}: {len(rows)} partition(s)"]
+    for r in rows:
+        mm2 = "" if r.mm2_offset is None else f"  (MM2's rule: {r.mm2_offset})"
+        how = "exact" if r.exact else f"inexact: {r.note}"
+        lines.append(f"  {r.source_topic}-{r.partition} at {r.source_offset} -> {r.target_topic}-{r.partition} "
+                     f"at {r.target_offset}, {how}{mm2}")
+    if not rows:
+        lines.append("  nothing to translate: the group has no offsets on topics this flow mirrored")
+    _print([vars(r) for r in rows], args.json, "\n".join(lines))
     return 0
 
 

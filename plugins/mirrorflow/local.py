@@ -252,7 +252,8 @@ def _server_properties(b: LocalBroker, creds: tuple[str, str] | None) -> str:
         "transaction.state.log.num.partitions=4",
         "share.coordinator.state.topic.replication.factor=1", "share.coordinator.state.topic.min.isr=1",
         "group.initial.rebalance.delay.ms=0", "log.segment.bytes=67108864",
-        "log.cleaner.dedupe.buffer.size=8388608", "num.network.threads=2", "num.io.threads=4",
+        "log.cleaner.dedupe.buffer.size=8388608", "log.cleaner.backoff.ms=2000",
+        "num.network.threads=2", "num.io.threads=4",
         "message.max.bytes=10485760", "replica.fetch.max.bytes=10485760",
     ]
     if creds is None:

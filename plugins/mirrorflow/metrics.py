@@ -22,6 +22,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from mirrorflow import local
+from mirrorflow.config import Flow
+
 # Upper bounds (ms) of the latency and age histograms; the last bucket is open.
 BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 750, 1000, 2000, 5000, 10_000, 30_000, 60_000,
              300_000, 3_600_000)
@@ -256,6 +259,32 @@ def serve(port: int, flows: Iterable[FlowMetrics]) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
     threading.Thread(target=server.serve_forever, name="mirrorflow-metrics", daemon=True).start()
     return server
+
+
+def checkpoint_line(status: Mapping[str, Any], now: float | None = None) -> str:
+    """One line on a flow's checkpoints: groups, newest checkpoint's age, `checkpoint-latency-ms`, inexact ones."""
+    now = time.time() if now is None else now
+    newest = status.get("newest_checkpoint")
+    age = "never" if newest is None else f"{now - newest:.0f} s ago"
+    stats = list(status.get("partitions", {}).values())
+    latency = (f", checkpoint-latency-ms avg {sum(s['avg'] for s in stats) / len(stats):.0f} "
+               f"max {max(s['max'] for s in stats):.0f}") if stats else ""
+    inexact = status.get("inexact", [])
+    return (f"checkpoints: {status.get('groups', 0)} group(s), {status.get('partitions_checkpointed', 0)} "
+            f"partition(s), newest {age}{latency}" + (f"; {len(inexact)} inexact: {inexact[0]}" if inexact else ""))
+
+
+def flow_home(flow: Flow) -> Path:
+    """Where a flow's stream checkpoint and status files live: `$MIRRORFLOW_HOME/streams/{source}-{target}`."""
+    return local.home() / "streams" / f"{flow.source}-{flow.target}"
+
+
+def status_file(flow: Flow) -> Path:
+    return flow_home(flow) / "status.json"
+
+
+def checkpoint_status_file(flow: Flow) -> Path:
+    return flow_home(flow) / "checkpoints.json"
 
 
 def write_status(path: Path, snapshot: Mapping[str, Any]) -> None:

@@ -25,14 +25,11 @@ Invariants of `runs_of`, each tested:
 from __future__ import annotations
 
 import struct
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError
-
-from mirrorflow.errors import OperationalError
+from mirrorflow import wire
 
 _RUN, _POSITION = 0, 1
 _VERSION = 0
@@ -64,7 +61,7 @@ class OffsetRun:
         return self.downstream + self.length
 
     def key(self) -> bytes:
-        return struct.pack(">h", _RUN) + _string(self.topic) + struct.pack(">iq", self.partition, self.upstream)
+        return struct.pack(">h", _RUN) + wire.string(self.topic) + struct.pack(">iq", self.partition, self.upstream)
 
     def value(self) -> bytes:
         return struct.pack(">hqq", _VERSION, self.downstream, self.length)
@@ -78,7 +75,7 @@ class Position:
     downstream_next: int
 
     def key(self) -> bytes:
-        return struct.pack(">h", _POSITION) + _string(self.topic) + struct.pack(">i", self.partition)
+        return struct.pack(">h", _POSITION) + wire.string(self.topic) + struct.pack(">i", self.partition)
 
     def value(self) -> bytes:
         return struct.pack(">hqq", _VERSION, self.upstream_next, self.downstream_next)
@@ -89,7 +86,7 @@ def decode(key: bytes, value: bytes | None) -> OffsetRun | Position | None:
     if value is None:
         return None
     (kind,) = struct.unpack_from(">h", key, 0)
-    topic, at = _read_string(key, 2)
+    topic, at = wire.read_string(key, 2)
     if kind == _RUN:
         partition, upstream = struct.unpack_from(">iq", key, at)
         _, downstream, length = struct.unpack(">hqq", value)
@@ -133,51 +130,25 @@ def expand(runs: Iterable[OffsetRun]) -> list[tuple[int, int]]:
     return [(r.upstream + i, r.downstream + i) for r in runs for i in range(r.length)]
 
 
-def _string(text: str) -> bytes:
-    raw = text.encode()
-    return struct.pack(">h", len(raw)) + raw
 
+def read_all(consumer_settings: Mapping[str, Any], topic: str, timeout_s: float = 30.0
+             ) -> tuple[dict[tuple[str, int], Position], dict[tuple[str, int], dict[int, OffsetRun]]]:
+    """Every position, and every surviving run keyed by its first upstream offset, per topic partition."""
+    from mirrorflow.clients import read_to_end
 
-def _read_string(buf: bytes, at: int) -> tuple[str, int]:
-    (n,) = struct.unpack_from(">h", buf, at)
-    return buf[at + 2 : at + 2 + n].decode(), at + 2 + n
+    positions: dict[tuple[str, int], Position] = {}
+    runs: dict[tuple[str, int], dict[int, OffsetRun]] = {}
+    for msg in read_to_end(consumer_settings, topic, "offset syncs", timeout_s=timeout_s):
+        record = decode(msg.key() or b"", msg.value())
+        if isinstance(record, Position):
+            positions[(record.topic, record.partition)] = record
+        elif isinstance(record, OffsetRun):
+            runs.setdefault((record.topic, record.partition), {})[record.upstream] = record
+    return positions, runs
 
 
 def read(consumer_settings: Mapping[str, Any], topic: str,
          timeout_s: float = 30.0) -> tuple[dict[tuple[str, int], Position], dict[tuple[str, int], OffsetRun]]:
     """The committed positions and the newest run of every partition in an offset-syncs topic."""
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
-
-    consumer = Consumer({**consumer_settings, "group.id": "mirrorflow-offset-syncs-reader",
-                         "enable.auto.commit": False, "isolation.level": "read_committed",
-                         "enable.partition.eof": True})
-    positions: dict[tuple[str, int], Position] = {}
-    last: dict[tuple[str, int], OffsetRun] = {}
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=timeout_s)
-        if high <= low:
-            return positions, last
-        consumer.assign([TopicPartition(topic, 0, low)])
-        deadline = time.monotonic() + timeout_s
-        done = False
-        while not done:
-            if time.monotonic() > deadline:
-                raise OperationalError(f"offset syncs {topic}: not read to its end within {timeout_s:.0f} s")
-            for msg in consumer.consume(10_000, 1.0):
-                error = msg.error()
-                if error is not None:
-                    done = done or error.code() == KafkaError._PARTITION_EOF
-                    continue
-                record = decode(msg.key() or b"", msg.value())
-                if isinstance(record, Position):
-                    positions[(record.topic, record.partition)] = record
-                elif isinstance(record, OffsetRun):
-                    tp = (record.topic, record.partition)
-                    if tp not in last or record.upstream >= last[tp].upstream:
-                        last[tp] = record
-                done = done or (msg.offset() or 0) >= high - 1
-    except KafkaException as exc:
-        raise OperationalError(f"offset syncs {topic}: {exc.args[0].str()}") from None
-    finally:
-        consumer.close()
-    return positions, last
+    positions, runs = read_all(consumer_settings, topic, timeout_s)
+    return positions, {tp: max(by_start.values(), key=lambda r: r.upstream) for tp, by_start in runs.items()}

@@ -29,7 +29,7 @@ from typing import Any
 
 from py4j.protocol import Py4JError
 
-from mirrorflow import admin_sync, clients, local, metrics, offset_syncs, selection, spark_session, stream_writer
+from mirrorflow import admin_sync, clients, metrics, offset_syncs, selection, spark_session, stream_writer
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
@@ -57,14 +57,6 @@ class StreamOptions:
     driver_memory: str = "1g"
 
 
-def flow_home(flow: Flow) -> Path:
-    return local.home() / "streams" / f"{flow.source}-{flow.target}"
-
-
-def status_file(flow: Flow) -> Path:
-    return flow_home(flow) / "status.json"
-
-
 def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOptions()) -> None:
     """Mirror one flow until SIGTERM/SIGINT (returns) or a fatal error (raises)."""
     flow = cfg.flow(flow_name)
@@ -86,7 +78,7 @@ class _Driver:
         self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
         self.exactly_once = self.target.exactly_once
         self.syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
-        self.checkpoint = options.checkpoint or flow_home(flow) / "checkpoint"
+        self.checkpoint = options.checkpoint or metrics.flow_home(flow) / "checkpoint"
         self.pattern = selection.subscription_pattern(flow)
         self.metrics = metrics.FlowMetrics(flow.name, flow.source, flow.target)
         # Resolved once: every micro-batch ships them to the executors.
@@ -133,7 +125,7 @@ class _Driver:
             self.server.shutdown()
         if self.metrics.state == "running":
             self.metrics.set_state("stopped")
-        metrics.write_status(status_file(self.flow), self.metrics.snapshot())
+        metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
 
     # -- supervision ---------------------------------------------------------------------------
 
@@ -183,7 +175,7 @@ class _Driver:
                 snapshot = self.metrics.snapshot()
                 log.info(metrics.progress_line(snapshot))
                 self._log_batch_timing(query)
-                metrics.write_status(status_file(self.flow), snapshot)
+                metrics.write_status(metrics.status_file(self.flow), snapshot)
             time.sleep(0.5)
         self._stop(query)
         self.metrics.set_state("stopped")
