@@ -27,7 +27,7 @@ demo: setup
 	$(BIN)/mirrorflow stream --flow "primary->backup" --metrics-port 9464
 
 lint: setup
-	$(BIN)/ruff check plugins tests
+	$(BIN)/ruff check plugins tests dags spark_jobs
 	$(BIN)/mypy
 
 test: setup lint

@@ -78,3 +78,29 @@ def stream_clusters(local_clusters: config.MirrorConfig) -> config.MirrorConfig:
 
     spark_session.kafka_jars()
     return local_clusters
+
+
+@pytest.fixture(scope="session")
+def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private Airflow (SQLite metadata DB, migrated) whose DAG folder is the repo's `dags/`.
+
+    Set before anything imports Airflow, which reads its configuration once.
+    """
+    import subprocess
+    import sys
+
+    home = tmp_path_factory.mktemp("airflow")
+    os.environ.update(AIRFLOW_HOME=str(home), AIRFLOW__CORE__DAGS_FOLDER=str(REPO / "dags"),
+                      AIRFLOW__CORE__LOAD_EXAMPLES="False")
+    done = subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return home
+
+
+def dag_bag(config_path: Path) -> object:
+    """The repo's DAGs as Airflow's DagBag parses them for a deployment using `config_path`."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    os.environ["MIRRORFLOW_CONFIG"] = str(config_path)
+    return DagBag(dag_folder=str(REPO / "dags"))

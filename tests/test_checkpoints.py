@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
-from conftest import PORTS
+from conftest import PORTS, dag_bag
 from mirrorflow import checkpoints, config, local, maven
 from mirrorflow.checkpoints import Checkpoint
 from streams import (
@@ -293,6 +293,20 @@ def test_the_commands_print_translations_and_checkpoint_status(setup) -> None:  
     assert "flow alpha->beta group g-random: 3 partition(s) checkpointed, 3 exact" in out.stdout
     out = subprocess.run([*base, "status", "--flow", "alpha->beta"], capture_output=True, text=True, timeout=60)
     assert "checkpoints:" in out.stdout and "newest" in out.stdout and "checkpoint-latency-ms" in out.stdout
+
+
+@pytest.mark.airflow
+def test_the_checkpoint_dag_runs_a_round_end_to_end(setup, airflow_home) -> None:  # type: ignore[no-untyped-def]
+    _, path, _ = setup
+    end = end_offsets(ALPHA, ORDERS)[2]
+    _commit(ALPHA, "g-dag", {(ORDERS, 2): end - 7})
+    bag: Any = dag_bag(path)
+    assert bag.import_errors == {}
+    run = bag.dags["mirrorflow_checkpoints__alpha_to_beta"].test()
+    assert run.state == "success"
+    checkpoint = _checkpoints("g-dag")[(f"alpha.{ORDERS}", 2)]
+    assert checkpoint.upstream_offset == end - 7
+    assert _committed(BETA, "g-dag") == {(f"alpha.{ORDERS}", 2): checkpoint.downstream_offset}
 
 
 def test_checkpoints_stay_monotonic_across_a_crash_of_the_mirror(setup) -> None:  # type: ignore[no-untyped-def]

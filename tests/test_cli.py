@@ -60,7 +60,7 @@ def test_usage_errors_exit_2() -> None:
 
 
 def test_every_command_has_help() -> None:
-    for command in ["validate", "local", "mm1", "stream", "status", *PLANNED]:
+    for command in ["validate", "local", "mm1", "stream", "status", "checkpoint", "translate", *PLANNED]:
         r = run(command, "--help")
         assert r.returncode == 0 and "usage: mirrorflow" in r.stdout, command
 
@@ -73,3 +73,12 @@ def test_a_command_not_built_yet_says_so_and_exits_1() -> None:
 def test_clusters_selection_unknown_alias_exits_2() -> None:
     r = run("--config", "include/examples/xdcr-six-clusters.properties", "--clusters", "south-1", "validate")
     assert r.returncode == 2 and "unknown cluster alias 'south-1'" in r.stderr
+
+
+def test_checkpoint_against_an_unreachable_cluster_fails_in_one_line_within_its_timeout(tmp_path: Path) -> None:
+    cfg = tmp_path / "down.properties"
+    cfg.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:2\n"
+                   "a->b.enabled = true\n")
+    r = run("--config", str(cfg), "checkpoint")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "b unreachable" in r.stderr, r.stderr

@@ -132,6 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     run: Callable[[argparse.Namespace], int] = args.run
+    if args.command != "stream":
+        from mirrorflow import clients
+
+        clients.quiet()
     try:
         return run(args)
     except MirrorflowError as exc:

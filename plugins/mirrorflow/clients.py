@@ -13,10 +13,20 @@ from mirrorflow.client_config import to_librdkafka
 from mirrorflow.config import Cluster
 from mirrorflow.errors import OperationalError
 
+_quiet = False
+
+
+def quiet() -> None:
+    """Keep librdkafka's own log lines (connection retries) off stderr: for commands whose errors end in one line."""
+    global _quiet
+    _quiet = True
+
 
 def settings(cluster: Cluster, role: str, **overrides: Any) -> dict[str, Any]:
     """librdkafka settings for one role of a cluster (secrets included: never log them)."""
     out: dict[str, Any] = dict(to_librdkafka(cluster.client_config(role), cluster=cluster.alias)[0])
+    if _quiet:
+        out["log_level"] = 0
     # Java-client keys a consumer group of mirrorflow's own must not inherit from the user's consumers.
     if role == "consumer":
         out.pop("group.id", None)

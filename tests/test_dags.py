@@ -1,0 +1,32 @@
+"""The DAG files as Airflow parses them: no import errors, one DAG per enabled flow and job."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import dag_bag
+
+pytestmark = pytest.mark.airflow
+
+
+def test_every_dag_imports_and_each_enabled_flow_gets_its_checkpoint_dag(airflow_home: Path,
+                                                                          clusters_file: Path) -> None:
+    bag: Any = dag_bag(clusters_file)
+    assert bag.import_errors == {}
+    checkpoint_dags = sorted(d for d in bag.dags if d.startswith("mirrorflow_checkpoints__"))
+    assert checkpoint_dags == ["mirrorflow_checkpoints__alpha_to_beta", "mirrorflow_checkpoints__alpha_to_gamma",
+                               "mirrorflow_checkpoints__beta_to_alpha"]
+    dag = bag.dags["mirrorflow_checkpoints__alpha_to_beta"]
+    assert dag.schedule == timedelta(seconds=60) and not dag.catchup and dag.max_active_runs == 1
+
+
+def test_a_broken_config_is_one_import_error_naming_file_line_and_key(airflow_home: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.properties"
+    bad.write_text("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\na->b.enabled = true\n"
+                   "emit.checkpoints.interval.seconds = soon\n")
+    bag: Any = dag_bag(bad)
+    errors = list(bag.import_errors.values())
+    assert errors and all(f"{bad}:5: emit.checkpoints.interval.seconds" in e for e in errors)
