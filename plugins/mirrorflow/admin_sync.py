@@ -1,40 +1,52 @@
-"""Remote topics on the target: created with the source's partitions and configs, grown, never shrunk.
+"""The admin side of metadata sync: snapshots of a cluster's topics, configs and ACLs, and applying a plan.
 
-The stream calls `ensure_remote_topics` before it writes to a topic or partition it has not seen;
-the metadata sync (plan/sync) builds on the same functions, so there is one implementation.
+What to change is decided in drift.py. The stream calls `ensure_remote_topics` before it writes to a topic
+or partition it has not seen; `mirrorflow plan`/`sync` and the sync DAGs use the same snapshot, plan and
+apply, so topics are created one way only.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewPartitions, NewTopic
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
 
-from mirrorflow.config import Flow
+from mirrorflow import drift, selection
+from mirrorflow.config import Flow, MirrorConfig
+from mirrorflow.drift import (
+    Acl,
+    AddPartitions,
+    Change,
+    ClusterState,
+    ConfigValue,
+    CreateAcl,
+    CreateTopic,
+    DeleteConfig,
+    Notice,
+    SetConfig,
+    TopicState,
+)
 from mirrorflow.errors import OperationalError
 
 log = logging.getLogger(__name__)
 TIMEOUT_S = 30.0
-
-
-@dataclass(frozen=True)
-class TopicChange:
-    """One change made on the target: a remote topic created or grown."""
-
-    action: str
-    topic: str
-    partitions: int
-    configs: Mapping[str, str]
-
-    def __str__(self) -> str:
-        if self.action == "create":
-            extra = "".join(f", {k}={v}" for k, v in sorted(self.configs.items()))
-            return f"created {self.topic} ({self.partitions} partitions{extra})"
-        return f"grew {self.topic} to {self.partitions} partitions"
 
 
 def wait(futures: Mapping[Any, Any], what: str, *, tolerate: tuple[int, ...] = ()) -> dict[Any, Any]:
@@ -56,19 +68,15 @@ def wait(futures: Mapping[Any, Any], what: str, *, tolerate: tuple[int, ...] = (
 
 def partition_counts(admin: AdminClient, cluster: str) -> tuple[dict[str, int], int]:
     """(topic -> partition count, broker count) of a cluster."""
-    try:
-        md = admin.list_topics(timeout=TIMEOUT_S)
-    except KafkaException as exc:
-        raise OperationalError(f"cluster {cluster} unreachable: {exc.args[0].str()}") from None
+    md = _metadata(admin, cluster)
     return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}, len(md.brokers)
 
 
-def topic_configs(admin: AdminClient, cluster: str, topic: str) -> dict[str, str]:
-    """The topic's own (non-default) config entries."""
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    entries = wait(admin.describe_configs([resource]), f"cannot read the configs of {cluster}:")[resource]
-    return {name: e.value for name, e in entries.items()
-            if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not e.is_sensitive and not e.is_read_only}
+def _metadata(admin: AdminClient, cluster: str) -> Any:
+    try:
+        return admin.list_topics(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise OperationalError(f"cluster {cluster} unreachable: {exc.args[0].str()}") from None
 
 
 def replication_factor(wanted: int, brokers: int, where: str) -> int:
@@ -79,32 +87,68 @@ def replication_factor(wanted: int, brokers: int, where: str) -> int:
     return wanted
 
 
-def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient,
-                         partitions: Mapping[str, int]) -> list[TopicChange]:
-    """Make every remote topic of these source topics exist with at least the source's partitions."""
-    remote_counts, brokers = partition_counts(target, flow.target)
-    changes: list[TopicChange] = []
-    creates: list[NewTopic] = []
-    for topic, count in sorted(partitions.items()):
-        remote = flow.policy.remote_topic(flow.source, topic)
-        have = remote_counts.get(remote)
-        if have is None:
-            configs = {k: v for k, v in topic_configs(source, flow.source, topic).items()
-                       if not flow.config_exclude.selects(k)}
-            rf = replication_factor(flow.number("replication.factor"), brokers, f"{flow.name} {remote}")
-            creates.append(NewTopic(remote, count, rf, config=configs))
-            changes.append(TopicChange("create", remote, count, configs))
-        elif have < count:
-            grow = NewPartitions(remote, count)
-            wait(target.create_partitions([grow]),
-                 f"cannot grow remote topic on {flow.target} from {have} to {count} partitions:")
-            changes.append(TopicChange("grow", remote, count, {}))
+def snapshot(admin: AdminClient, alias: str, wanted: Callable[[str], bool], *, acls: bool = False) -> ClusterState:
+    """The topics `wanted` selects, with their partitions and config entries, and optionally the topic ACLs.
+
+    A topic deleted while it is being read is left out (with a log line), not an error.
+    """
+    md = _metadata(admin, alias)
+    names = sorted(t for t, m in md.topics.items() if m.error is None and wanted(t))
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in names]
+    described = wait(admin.describe_configs(resources) if resources else {}, f"cannot read topic configs on {alias}:",
+                     tolerate=(KafkaError.UNKNOWN_TOPIC_OR_PART,))
+    topics = {}
+    for resource, entries in described.items():
+        if entries is None:
+            log.info("%s: topic %s was deleted while syncing; skipped", alias, resource.name)
+            continue
+        topics[resource.name] = TopicState(len(md.topics[resource.name].partitions),
+                                           {k: _config_value(e) for k, e in entries.items()})
+    return ClusterState(alias, topics, len(md.brokers), _topic_acls(admin, alias) if acls else None)
+
+
+def apply(cluster: str, admin: AdminClient, changes: Sequence[Change]) -> list[Change]:
+    """Make the plan's changes on the target cluster; the ones made (notices are not changes)."""
+    done: list[Change] = []
+    creates = [c for c in changes if isinstance(c, CreateTopic)]
     if creates:
-        wait(target.create_topics(creates), f"cannot create remote topic on {flow.target}:",
-             tolerate=(KafkaError.TOPIC_ALREADY_EXISTS,))
-    for change in changes:
+        wait(admin.create_topics([NewTopic(c.topic, c.partitions, c.replication_factor, config=dict(c.configs))
+                                  for c in creates]),
+             f"cannot create topic on {cluster}:", tolerate=(KafkaError.TOPIC_ALREADY_EXISTS,))
+        done += creates
+    grows = [c for c in changes if isinstance(c, AddPartitions)]
+    if grows:
+        wait(admin.create_partitions([NewPartitions(c.topic, c.wanted) for c in grows]),
+             f"cannot add partitions on {cluster} to")
+        done += grows
+    by_topic: dict[str, list[SetConfig | DeleteConfig]] = {}
+    for c in changes:
+        if isinstance(c, SetConfig | DeleteConfig):
+            by_topic.setdefault(c.topic, []).append(c)
+    if by_topic:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[_alter(c) for c in cs])
+                     for topic, cs in by_topic.items()]
+        wait(admin.incremental_alter_configs(resources), f"cannot alter topic configs on {cluster}:")
+        done += [c for cs in by_topic.values() for c in cs]
+    acls = [c for c in changes if isinstance(c, CreateAcl)]
+    if acls:
+        wait(admin.create_acls([_binding(c.acl) for c in acls]), f"cannot create ACL on {cluster}:")
+        done += acls
+    return done
+
+
+def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient,
+                         partitions: Mapping[str, int]) -> list[Change]:
+    """Make every remote topic of these source topics exist with at least the source's partitions."""
+    remote = {flow.policy.remote_topic(flow.source, t) for t in partitions}
+    changes = drift.plan(flow, snapshot(source, flow.source, partitions.__contains__),
+                         snapshot(target, flow.target, remote.__contains__), parts=("topics",))
+    for notice in (c for c in changes if isinstance(c, Notice)):
+        log.warning("%s: %s", flow.name, notice.text)
+    done = apply(flow.target, target, changes)
+    for change in done:
         log.info("%s: %s", flow.name, change)
-    return changes
+    return done
 
 
 def ensure_internal_topic(admin: AdminClient, cluster: str, topic: str, wanted_rf: int,
@@ -120,3 +164,60 @@ def ensure_internal_topic(admin: AdminClient, cluster: str, topic: str, wanted_r
 
 def _name(resource: Any) -> str:
     return getattr(resource, "name", None) or getattr(resource, "topic", None) or str(resource)
+
+
+_SOURCES = {ConfigSource.DYNAMIC_TOPIC_CONFIG.value: "topic", ConfigSource.DEFAULT_CONFIG.value: "default",
+            ConfigSource.STATIC_BROKER_CONFIG.value: "static", ConfigSource.UNKNOWN_CONFIG.value: "default"}
+
+
+def _config_value(entry: Any) -> ConfigValue:
+    return ConfigValue(entry.value, _SOURCES.get(entry.source, "broker"), bool(entry.is_read_only),
+                       bool(entry.is_sensitive))
+
+
+def _alter(change: SetConfig | DeleteConfig) -> ConfigEntry:
+    if isinstance(change, SetConfig):
+        return ConfigEntry(change.key, change.new, incremental_operation=AlterConfigOpType.SET)
+    return ConfigEntry(change.key, None, incremental_operation=AlterConfigOpType.DELETE)
+
+
+def _topic_acls(admin: AdminClient, alias: str) -> tuple[Acl, ...] | None:
+    """Every topic ACL of the cluster; None when it has no authorizer."""
+    query = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+                             AclOperation.ANY, AclPermissionType.ANY)
+    try:
+        bindings = admin.describe_acls(query).result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.SECURITY_DISABLED:
+            return None
+        raise OperationalError(f"cannot describe the ACLs of {alias}: {exc.args[0].str()}") from None
+    except TimeoutError:
+        raise OperationalError(f"cannot describe the ACLs of {alias}: no answer within {TIMEOUT_S:.0f} s") from None
+    return tuple(Acl(b.name, b.principal, b.operation.name, b.permission_type.name, b.host,
+                     b.resource_pattern_type.name) for b in bindings)
+
+
+def _binding(acl: Acl) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, acl.topic, ResourcePatternType[acl.pattern], acl.principal, acl.host,
+                      AclOperation[acl.operation], AclPermissionType[acl.permission])
+
+
+def flow_plan(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PARTS) -> list[Change]:
+    """The drift plan of one flow, from fresh snapshots of its source and target."""
+    from mirrorflow import clients
+
+    with_acls = "acls" in parts and flow.flag("sync.topic.acls.enabled")
+    source = snapshot(clients.admin(cfg.cluster(flow.source)), flow.source,
+                      lambda t: selection.replicates(flow, t), acls=with_acls)
+    remote = {flow.policy.remote_topic(flow.source, t) for t in source.topics}
+    target = snapshot(clients.admin(cfg.cluster(flow.target)), flow.target, remote.__contains__, acls=with_acls)
+    return drift.plan(flow, source, target, parts)
+
+
+def sync_flow(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PARTS) -> tuple[list[Change], list[Notice]]:
+    """Plan and apply one flow's metadata sync: (changes made, notices)."""
+    from mirrorflow import clients
+
+    changes = flow_plan(cfg, flow, parts)
+    done = apply(flow.target, clients.admin(cfg.cluster(flow.target)), changes)
+    return done, [c for c in changes if isinstance(c, Notice)]

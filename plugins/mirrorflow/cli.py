@@ -20,8 +20,6 @@ DEFAULT_CONFIG = "include/mirrorflow.properties"
 
 # Commands whose behaviour later work fills in; each names what it will do.
 PLANNED: dict[str, str] = {
-    "plan": "show, without changing anything, every topic, partition, config and ACL change sync would make",
-    "sync": "create and grow remote topics, sync topic configs and ACLs",
     "topology": "print clusters, flows, upstream clusters and replication hops from heartbeats",
     "failover": "run the DR failover runbook (planned or unplanned)",
     "failback": "run the DR failback runbook",
@@ -37,6 +35,14 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
+
+
+def _parts(text: str) -> tuple[str, ...]:
+    parts = tuple(p.strip() for p in text.split(",") if p.strip())
+    unknown = [p for p in parts if p not in ("topics", "configs", "acls")]
+    if unknown or not parts:
+        raise argparse.ArgumentTypeError(f"expected a comma separated subset of topics,configs,acls, got {text!r}")
+    return parts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +112,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flow", metavar="A->B", help="only this flow")
     _add_json(p)
     p.set_defaults(run=cmd_status)
+
+    p = sub.add_parser("plan", help="show, changing nothing, every topic, partition, config and ACL change "
+                       "sync would make, and what it leaves alone")
+    p.add_argument("--flow", metavar="A->B", help="only this flow (default: every enabled flow)")
+    _add_json(p)
+    p.set_defaults(run=cmd_plan)
+
+    p = sub.add_parser("sync", help="create and grow remote topics, sync topic configs and ACLs; prints what it did")
+    p.add_argument("--flow", metavar="A->B", help="only this flow (default: every enabled flow)")
+    p.add_argument("--only", type=_parts, default=("topics", "configs", "acls"), metavar="PARTS",
+                   help="comma separated subset of topics,configs,acls (default: all)")
+    _add_json(p)
+    p.set_defaults(run=cmd_sync)
 
     p = sub.add_parser("checkpoint", help="translate consumer-group offsets and write MM2 checkpoints "
                        "(one round, or every emit.checkpoints.interval.seconds with --loop)")
@@ -258,6 +277,57 @@ def cmd_status(args: argparse.Namespace) -> int:
         out.append(snap)
     _print(out, args.json, "\n".join(lines))
     return 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from mirrorflow import admin_sync
+    from mirrorflow.drift import Notice
+
+    def planned(cfg: configmod.MirrorConfig, flow: configmod.Flow) -> tuple[list[Any], list[Any]]:
+        changes = admin_sync.flow_plan(cfg, flow)
+        return [c for c in changes if not isinstance(c, Notice)], [c for c in changes if isinstance(c, Notice)]
+
+    return _per_flow(args, planned, "change(s) planned")
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    from mirrorflow import admin_sync
+
+    return _per_flow(args, lambda cfg, flow: admin_sync.sync_flow(cfg, flow, args.only), "change(s) made")
+
+
+FlowRun = Callable[[configmod.MirrorConfig, configmod.Flow], tuple[list[Any], list[Any]]]
+
+
+def _per_flow(args: argparse.Namespace, run: FlowRun, counted: str) -> int:
+    """Run `run` (changes, notices) for each selected flow; a failing flow is one error line, the others run."""
+    cfg = load_config(args)
+    flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
+    out, failed = [], 0
+    for flow in flows:
+        try:
+            changes, notices = run(cfg, flow)
+        except MirrorflowError as exc:
+            failed += 1
+            print(f"mirrorflow: error: flow {flow.name}: {_one_line(str(exc))}", file=sys.stderr)
+            continue
+        out.append({"flow": flow.name, "changes": [{"kind": type(c).__name__, "text": str(c), **_fields(c)}
+                                                    for c in changes],
+                    "notices": [c.text for c in notices]})
+        if not args.json:
+            print(f"flow {flow.name}: {len(changes)} {counted}" + ("" if changes or notices else ", in sync"))
+            for c in [*changes, *notices]:
+                print(f"  {c}")
+    if args.json:
+        print(json.dumps(out, indent=2, sort_keys=True))
+    return 1 if failed else 0
+
+
+def _fields(change: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return {k: (dict(v) if isinstance(v, dict) else str(v) if dataclasses.is_dataclass(v) else v)
+            for k, v in dataclasses.asdict(change).items()}
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
