@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PORTS
-from mirrorflow import config
+from mirrorflow import config, topology
 from streams import (
     SteadyProducer,
     StreamProcess,
@@ -109,6 +109,7 @@ def test_active_active_never_loops(stream_clusters: config.MirrorConfig, tmp_pat
         if policy == "default":
             assert sum(end_offsets(ALPHA, f"{a}.{b}.{topic}") or [0]) == 0
             assert sum(end_offsets(BETA, f"{b}.{a}.{topic}") or [0]) == 0
+            _assert_each_side_hears_the_other(config.load(cfg), a, b, streams[0])
     finally:
         for s in streams:
             s.stop()
@@ -132,3 +133,15 @@ def test_a_record_too_large_for_the_target_stops_the_flow_naming_it(
                  "2000000 on big"):
         assert part in error[0], error[0]
     assert all(len(m.value()) < 100_000 for m in read_partition(BETA, "big.big.t", 0))
+
+
+def _assert_each_side_hears_the_other(cfg: config.MirrorConfig, a: str, b: str, stream: StreamProcess) -> None:
+    """Heartbeats both ways: each cluster names the other upstream at one hop, by name (as MM2) and by content."""
+    def heard() -> dict[str, topology.ClusterView]:
+        return {v.alias: v for v in topology.view(cfg)}
+
+    wait_for(lambda: all(({a, b} - {v.alias}) <= set(v.upstream) for v in heard().values()), 120,
+             "heartbeats replicated both ways", stream)
+    views = heard()
+    assert views[a].hops.get(b) == 1 and views[b].hops.get(a) == 1
+    assert views[a].reached_from().get(b) == 1 and views[b].reached_from().get(a) == 1

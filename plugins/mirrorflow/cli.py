@@ -20,7 +20,6 @@ DEFAULT_CONFIG = "include/mirrorflow.properties"
 
 # Commands whose behaviour later work fills in; each names what it will do.
 PLANNED: dict[str, str] = {
-    "topology": "print clusters, flows, upstream clusters and replication hops from heartbeats",
     "failover": "run the DR failover runbook (planned or unplanned)",
     "failback": "run the DR failback runbook",
     "audit": "prove by content that a flow's target holds every source record",
@@ -125,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma separated subset of topics,configs,acls (default: all)")
     _add_json(p)
     p.set_defaults(run=cmd_sync)
+
+    p = sub.add_parser("topology", help="print clusters, flows, upstream clusters and replication hops, from "
+                       "the heartbeats each cluster holds")
+    _add_json(p)
+    p.set_defaults(run=cmd_topology)
 
     p = sub.add_parser("checkpoint", help="translate consumer-group offsets and write MM2 checkpoints "
                        "(one round, or every emit.checkpoints.interval.seconds with --loop)")
@@ -328,6 +332,18 @@ def _fields(change: Any) -> dict[str, Any]:
 
     return {k: (dict(v) if isinstance(v, dict) else str(v) if dataclasses.is_dataclass(v) else v)
             for k, v in dataclasses.asdict(change).items()}
+
+
+def cmd_topology(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from mirrorflow import topology
+
+    cfg = load_config(args)
+    views = topology.view(cfg)
+    data = [{**dataclasses.asdict(v), "reached_from": v.reached_from()} for v in views]
+    _print(data, args.json, "\n".join(topology.lines(cfg, views)))
+    return 1 if all(v.error for v in views) else 0
 
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:

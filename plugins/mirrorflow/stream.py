@@ -34,6 +34,7 @@ from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
 from mirrorflow.flow_lease import FlowLease
+from mirrorflow.heartbeats import HeartbeatEmitter
 from mirrorflow.offset_syncs import OffsetRun, Position
 from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
@@ -96,6 +97,7 @@ class _Driver:
         self.server: Any = None
         self.spark: Any = None
         self.position_producer: Any = None
+        self.heartbeats: HeartbeatEmitter | None = None
 
     def prepare(self) -> None:
         admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
@@ -110,6 +112,9 @@ class _Driver:
         positions, self.last_runs = offset_syncs.read(consumer_settings, self.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in positions.items()}
         self.metrics.observe_source_ends({})
+        if self.flow.flag("emit.heartbeats.enabled"):
+            self.heartbeats = HeartbeatEmitter(self.flow, self.target)
+            self.heartbeats.start()
         if self.options.metrics_port is not None:
             self.server = metrics.serve(self.options.metrics_port, [self.metrics])
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
@@ -119,6 +124,8 @@ class _Driver:
                  len(self.mirrored), self.checkpoint)
 
     def close(self) -> None:
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
         if self.lease is not None:
             self.lease.release()
         if self.server is not None:

@@ -3,8 +3,12 @@
 //   translate BOOTSTRAP SOURCE_ALIAS GROUP   one line per partition: topic<TAB>partition<TAB>offset
 //   upstream BOOTSTRAP                       one line per upstream cluster alias
 //   hops BOOTSTRAP ALIAS                     the replication hops to that alias
+// With the environment variable ORACLE_CLIENT_PROPERTIES naming a file, its client settings are added.
+import java.io.FileReader;
 import java.time.Duration;
+import java.util.HashMap;
 import java.util.Map;
+import java.util.Properties;
 import java.util.TreeMap;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -12,7 +16,15 @@ import org.apache.kafka.connect.mirror.RemoteClusterUtils;
 
 public class RemoteClusterOracle {
     public static void main(String[] args) throws Exception {
-        Map<String, Object> props = Map.of("bootstrap.servers", args[1]);
+        Map<String, Object> props = new HashMap<>(Map.of("bootstrap.servers", args[1]));
+        String extra = System.getenv("ORACLE_CLIENT_PROPERTIES");
+        if (extra != null) {
+            Properties file = new Properties();
+            try (FileReader in = new FileReader(extra)) {
+                file.load(in);
+            }
+            file.forEach((k, v) -> props.put((String) k, v));
+        }
         switch (args[0]) {
             case "translate" -> {
                 Map<TopicPartition, OffsetAndMetadata> offsets =

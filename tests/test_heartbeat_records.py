@@ -1,0 +1,33 @@
+"""Heartbeat records in MM2's wire format, and MM2's name-based reading of heartbeats topics."""
+
+from __future__ import annotations
+
+import pytest
+from mirrorflow.heartbeats import Heartbeat
+from mirrorflow.policy import DefaultReplicationPolicy
+from mirrorflow.topology import hops_in_name, sources_in_name
+
+# What MM2 4.3's own Heartbeat class serializes for ("alpha", "beta", 1234).
+MM2_KEY = bytes.fromhex("0005616c706861000462657461")
+MM2_VALUE = bytes.fromhex("000000000000000004d2")
+
+
+def test_a_heartbeat_is_byte_for_byte_what_mm2_writes() -> None:
+    beat = Heartbeat("alpha", "beta", 1234)
+    assert (beat.key(), beat.value()) == (MM2_KEY, MM2_VALUE)
+    assert Heartbeat.decode(MM2_KEY, MM2_VALUE) == beat
+
+
+@pytest.mark.parametrize(("topic", "sources"), [
+    ("heartbeats", []), ("b.heartbeats", ["b"]), ("c.b.a.heartbeats", ["c", "b", "a"]),
+    ("a.b.a.heartbeats", ["a", "b"]),
+])
+def test_a_heartbeats_topic_names_the_clusters_it_passed_through(topic: str, sources: list[str]) -> None:
+    assert sources_in_name(DefaultReplicationPolicy(), topic) == sources
+
+
+def test_hops_count_names_down_to_the_alias() -> None:
+    policy = DefaultReplicationPolicy()
+    assert hops_in_name(policy, "c.b.heartbeats", "c") == 1
+    assert hops_in_name(policy, "c.b.heartbeats", "b") == 2
+    assert hops_in_name(policy, "c.b.heartbeats", "a") == -1

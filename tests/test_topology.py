@@ -1,0 +1,84 @@
+"""Heartbeats and topology with real streams: a chain alpha->beta->gamma (gamma SASL), read as MM2 reads it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import clusters_text
+from mirrorflow import clients, config, heartbeats, local, maven, topology
+from streams import StreamProcess, wait_for
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def oracle(repo: Path, cluster: config.Cluster, *args: str, tmp: Path) -> list[str]:
+    """MM2's RemoteClusterUtils answering about `cluster` (with its client settings)."""
+    if shutil.which("java") is None:
+        pytest.fail("java is required for this test")
+    jars = maven.fetch("mirror-client", maven.MIRROR_CLIENT, local.jar_cache())
+    props = tmp / f"{cluster.alias}-client.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in cluster.client_config("admin").items()
+                             if k != "bootstrap.servers"))
+    props.chmod(0o600)
+    source = repo / "tests" / "java" / "RemoteClusterOracle.java"
+    out = subprocess.run(["java", "-cp", maven.classpath(jars), str(source), args[0], cluster.bootstrap_servers,
+                          *args[1:]], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "ORACLE_CLIENT_PROPERTIES": str(props)}, check=True)
+    return out.stdout.split()
+
+
+@pytest.fixture(scope="module")
+def chain(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPathFactory
+          ) -> Iterator[tuple[config.MirrorConfig, Path, Path]]:
+    work = tmp_path_factory.mktemp("chain")
+    text = "\n".join(line for line in clusters_text().splitlines() if ".enabled" not in line)
+    path = work / "chain.properties"
+    path.write_text(text + "\nalpha->beta.enabled = true\nbeta->gamma.enabled = true\ntopics = t6\\..*\n"
+                    "offset-syncs.topic.replication.factor = 1\nheartbeats.topic.replication.factor = 1\n")
+    cfg = config.load(path)
+    streams = [StreamProcess(path, "alpha->beta", work / "ab"), StreamProcess(path, "beta->gamma", work / "bg")]
+    for s in streams:
+        s.start()
+    gamma = clients.settings(cfg.cluster("gamma"), "consumer")
+    try:
+        wait_for(lambda: ("alpha", "beta") in heartbeats.newest(gamma, "beta.heartbeats"), 300,
+                 "alpha->beta heartbeats to reach gamma", streams[1])
+        yield cfg, path, work
+    finally:
+        for s in streams:
+            s.stop()
+
+
+def test_heartbeats_show_the_chain_with_its_hops(chain) -> None:  # type: ignore[no-untyped-def]
+    cfg, _, _ = chain
+    views = {v.alias: v for v in topology.view(cfg)}
+    assert views["beta"].reached_from().get("alpha") == 1
+    assert views["gamma"].reached_from() == {"beta": 1, "alpha": 2}
+    assert "beta" in views["gamma"].upstream and views["gamma"].hops["beta"] == 1
+    fresh = [p for p in views["gamma"].paths if p.source == "alpha"]
+    assert fresh and fresh[0].age_s < 30 and fresh[0].topic == "beta.heartbeats"
+
+
+def test_mm2s_remote_cluster_utils_reads_the_same_topology(chain, repo) -> None:  # type: ignore[no-untyped-def]
+    cfg, _, work = chain
+    for v in topology.view(cfg):
+        cluster = cfg.cluster(v.alias)
+        assert oracle(repo, cluster, "upstream", tmp=work) == v.upstream, v.alias
+        for other in cfg.clusters:
+            assert int(oracle(repo, cluster, "hops", other, tmp=work)[0]) == v.hops.get(other, -1), (v.alias, other)
+
+
+def test_the_topology_command_prints_the_graph(chain) -> None:  # type: ignore[no-untyped-def]
+    _, path, _ = chain
+    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(path), "topology"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "heard alpha->beta via beta.heartbeats: 2 hop(s) from alpha" in out.stdout
+    assert "flows (enabled): alpha->beta, beta->gamma" in out.stdout
+    assert "password" not in out.stdout.lower()
