@@ -12,13 +12,16 @@ from conftest import dag_bag
 pytestmark = pytest.mark.airflow
 
 
-def test_every_dag_imports_and_each_enabled_flow_gets_its_checkpoint_dag(airflow_home: Path,
+def test_every_dag_imports_and_each_enabled_flow_gets_its_sync_and_checkpoint_dags(airflow_home: Path,
                                                                           clusters_file: Path) -> None:
     bag: Any = dag_bag(clusters_file)
     assert bag.import_errors == {}
     checkpoint_dags = sorted(d for d in bag.dags if d.startswith("mirrorflow_checkpoints__"))
     assert checkpoint_dags == ["mirrorflow_checkpoints__alpha_to_beta", "mirrorflow_checkpoints__alpha_to_gamma",
                                "mirrorflow_checkpoints__beta_to_alpha"]
+    sync_dags = sorted(d for d in bag.dags if d.startswith("mirrorflow_sync__"))
+    assert sync_dags == [d.replace("checkpoints", "sync") for d in checkpoint_dags]
+    assert bag.dags["mirrorflow_sync__alpha_to_beta"].schedule == timedelta(seconds=600)
     dag = bag.dags["mirrorflow_checkpoints__alpha_to_beta"]
     assert dag.schedule == timedelta(seconds=60) and not dag.catchup and dag.max_active_runs == 1
 

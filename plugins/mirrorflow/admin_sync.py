@@ -193,8 +193,23 @@ def _topic_acls(admin: AdminClient, alias: str) -> tuple[Acl, ...] | None:
         raise OperationalError(f"cannot describe the ACLs of {alias}: {exc.args[0].str()}") from None
     except TimeoutError:
         raise OperationalError(f"cannot describe the ACLs of {alias}: no answer within {TIMEOUT_S:.0f} s") from None
+    if not bindings and not _has_authorizer(admin):
+        return None
     return tuple(Acl(b.name, b.principal, b.operation.name, b.permission_type.name, b.host,
                      b.resource_pattern_type.name) for b in bindings)
+
+
+def _has_authorizer(admin: AdminClient) -> bool:
+    # Kafka 4 answers DescribeAcls with an empty list when no authorizer is configured (librdkafka drops the
+    # error); DeleteAcls still says SECURITY_DISABLED. The filter only matches a principal nobody has.
+    probe = AclBindingFilter(ResourceType.TOPIC, "mirrorflow-authorizer-probe", ResourcePatternType.LITERAL,
+                             "User:mirrorflow-authorizer-probe", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    try:
+        for future in admin.delete_acls([probe]).values():
+            future.result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        return bool(exc.args[0].code() != KafkaError.SECURITY_DISABLED)
+    return True
 
 
 def _binding(acl: Acl) -> AclBinding:

@@ -29,3 +29,12 @@ def flows(path: Path, enabled_by: str | None = None) -> list[Flow]:
 def dag_id(kind: str, flow: Flow) -> str:
     """`mirrorflow_{kind}__{source}_to_{target}`, with characters Airflow refuses replaced by `_`."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"mirrorflow_{kind}__{flow.source}_to_{flow.target}")
+
+
+def sync_interval(flow: Flow) -> int:
+    """The metadata sync DAG's period: the shortest interval among the enabled parts (topics always are)."""
+    intervals = [flow.number("refresh.topics.interval.seconds")]
+    for part in ("sync.topic.configs", "sync.topic.acls"):
+        if flow.flag(f"{part}.enabled"):
+            intervals.append(flow.number(f"{part}.interval.seconds"))
+    return max(1, min(intervals))

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from mirrorflow import checkpoints, clients, config
+from mirrorflow import admin_sync, checkpoints, clients, config
 
 log = logging.getLogger("mirrorflow")
 clients.quiet()  # a task's log ends with the one-line cause, not librdkafka's retries
@@ -28,3 +28,29 @@ def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
     return {"flow": flow.name, "groups": len(results),
             "partitions": sum(len(r.partitions) for r in results),
             "inexact": sum(not p.exact for r in results for p in r.partitions)}
+
+
+def plan(config_path: Path, flow_name: str) -> dict[str, Any]:
+    """Log the flow's drift plan, one line per change or notice."""
+    cfg = config.load(config_path)
+    flow = cfg.flow(flow_name)
+    changes = admin_sync.flow_plan(cfg, flow)
+    for change in changes:
+        log.info("flow %s plan: %s", flow.name, change)
+    if not changes:
+        log.info("flow %s plan: in sync", flow.name)
+    return {"flow": flow.name, "planned": [str(c) for c in changes]}
+
+
+def sync(config_path: Path, flow_name: str, part: str) -> dict[str, Any]:
+    """Apply one part (topics, configs or acls) of the flow's metadata sync; log every change made."""
+    cfg = config.load(config_path)
+    flow = cfg.flow(flow_name)
+    done, notices = admin_sync.sync_flow(cfg, flow, (part,))
+    for change in done:
+        log.info("flow %s %s: %s", flow.name, part, change)
+    for notice in notices:
+        log.info("flow %s %s: %s", flow.name, part, notice)
+    if not done:
+        log.info("flow %s %s: nothing to change", flow.name, part)
+    return {"flow": flow.name, "part": part, "changed": [str(c) for c in done]}
