@@ -102,5 +102,12 @@ def dag_bag(config_path: Path) -> object:
     """The repo's DAGs as Airflow's DagBag parses them for a deployment using `config_path`."""
     from airflow.dag_processing.dagbag import DagBag
 
-    os.environ["MIRRORFLOW_CONFIG"] = str(config_path)
-    return DagBag(dag_folder=str(REPO / "dags"))
+    saved = os.environ.get("MIRRORFLOW_CONFIG")
+    os.environ["MIRRORFLOW_CONFIG"] = str(config_path)  # read while the DAG files are parsed, here
+    try:
+        return DagBag(dag_folder=str(REPO / "dags"))
+    finally:
+        if saved is None:
+            del os.environ["MIRRORFLOW_CONFIG"]
+        else:
+            os.environ["MIRRORFLOW_CONFIG"] = saved

@@ -167,7 +167,7 @@ def test_a_group_resumes_on_the_target_having_lost_nothing_and_reading_nothing_t
     for group, by_partition in positions.items():
         _commit(ALPHA, group, {(ORDERS, p): o for p, o in by_partition.items()})
     results = _round(cfg)
-    mm2_rereads = 0
+    mm2_rereads: dict[str, int] = {}
     for group, by_partition in positions.items():
         rows = {p.partition: p for p in results[group].partitions}
         assert all(r.exact for r in rows.values()), results[group].line(cfg.flow("alpha->beta"))
@@ -177,9 +177,9 @@ def test_a_group_resumes_on_the_target_having_lost_nothing_and_reading_nothing_t
             got = [origin(m).offset for m in read[p]]
             assert got == [o for o in visible[p] if o >= by_partition[p]], f"{group} partition {p}"
             mm2 = rows[p].mm2_offset
-            mm2_rereads += rows[p].target_offset - (mm2 if mm2 is not None else 0)
-    print(f"re-reads: mirrorflow 0, MM2's rule on the same writes {mm2_rereads}")
-    assert mm2_rereads >= 0
+            mm2_rereads[group] = mm2_rereads.get(group, 0) + rows[p].target_offset - (mm2 if mm2 is not None else 0)
+    print(f"re-reads per group (3 partitions each): mirrorflow 0; MM2's rule on the same writes {mm2_rereads}")
+    assert all(n >= 0 for n in mm2_rereads.values())
 
 
 def test_compaction_holes_in_the_source_are_translated_exactly(setup) -> None:  # type: ignore[no-untyped-def]
