@@ -59,7 +59,8 @@ def test_heartbeats_show_the_chain_with_its_hops(chain) -> None:  # type: ignore
     cfg, _, _ = chain
     views = {v.alias: v for v in topology.view(cfg)}
     assert views["beta"].reached_from().get("alpha") == 1
-    assert views["gamma"].reached_from() == {"beta": 1, "alpha": 2}
+    heard = views["gamma"].reached_from()  # other tests' aliases for the same brokers may be heard too
+    assert heard["beta"] == 1 and heard["alpha"] == 2
     assert "beta" in views["gamma"].upstream and views["gamma"].hops["beta"] == 1
     fresh = [p for p in views["gamma"].paths if p.source == "alpha"]
     assert fresh and fresh[0].age_s < 30 and fresh[0].topic == "beta.heartbeats"
