@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mirrorflow import config, local
@@ -98,14 +100,18 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
-def dag_bag(config_path: Path) -> object:
-    """The repo's DAGs as Airflow's DagBag parses them for a deployment using `config_path`."""
+@contextlib.contextmanager
+def deployment(config_path: Path) -> Iterator[Any]:
+    """The repo's DAGs as Airflow parses them for a deployment using `config_path`.
+
+    The config stays selected for the block: `dag.test()` parses the DAG file again when it serializes it.
+    """
     from airflow.dag_processing.dagbag import DagBag
 
     saved = os.environ.get("MIRRORFLOW_CONFIG")
-    os.environ["MIRRORFLOW_CONFIG"] = str(config_path)  # read while the DAG files are parsed, here
+    os.environ["MIRRORFLOW_CONFIG"] = str(config_path)
     try:
-        return DagBag(dag_folder=str(REPO / "dags"))
+        yield DagBag(dag_folder=str(REPO / "dags"))
     finally:
         if saved is None:
             del os.environ["MIRRORFLOW_CONFIG"]

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
-from conftest import PORTS, dag_bag
+from conftest import PORTS, deployment
 from mirrorflow import checkpoints, config, local, maven
 from mirrorflow.checkpoints import Checkpoint
 from streams import (
@@ -304,9 +304,9 @@ def test_the_checkpoint_dag_runs_a_round_end_to_end(setup, airflow_home) -> None
     _, path, _ = setup
     end = end_offsets(ALPHA, ORDERS)[2]
     _commit(ALPHA, "g-dag", {(ORDERS, 2): end - 7})
-    bag: Any = dag_bag(path)
-    assert bag.import_errors == {}
-    run = bag.dags["mirrorflow_checkpoints__alpha_to_beta"].test()
+    with deployment(path) as bag:
+        assert bag.import_errors == {}
+        run = bag.dags["mirrorflow_checkpoints__alpha_to_beta"].test()
     assert run.state == "success"
     checkpoint = _checkpoints("g-dag")[(f"alpha.{ORDERS}", 2)]
     assert checkpoint.upstream_offset == end - 7

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import dag_bag
+from conftest import deployment
 
 pytestmark = pytest.mark.airflow
 
 
 def test_every_dag_imports_and_each_enabled_flow_gets_its_sync_and_checkpoint_dags(airflow_home: Path,
                                                                           clusters_file: Path) -> None:
-    bag: Any = dag_bag(clusters_file)
+    with deployment(clusters_file) as bag:
+        pass
     assert bag.import_errors == {}
     checkpoint_dags = sorted(d for d in bag.dags if d.startswith("mirrorflow_checkpoints__"))
     assert checkpoint_dags == ["mirrorflow_checkpoints__alpha_to_beta", "mirrorflow_checkpoints__alpha_to_gamma",
@@ -30,6 +30,7 @@ def test_a_broken_config_is_one_import_error_naming_file_line_and_key(airflow_ho
     bad = tmp_path / "bad.properties"
     bad.write_text("clusters = a, b\na.bootstrap.servers = x:1\nb.bootstrap.servers = y:1\na->b.enabled = true\n"
                    "emit.checkpoints.interval.seconds = soon\n")
-    bag: Any = dag_bag(bad)
+    with deployment(bad) as bag:
+        pass
     errors = list(bag.import_errors.values())
     assert errors and all(f"{bad}:5: emit.checkpoints.interval.seconds" in e for e in errors)

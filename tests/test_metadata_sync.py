@@ -30,7 +30,7 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from conftest import PORTS, clusters_text, dag_bag
+from conftest import PORTS, clusters_text, deployment
 from mirrorflow import admin_sync, clients, config, drift, local
 from mirrorflow.drift import AddPartitions, CreateAcl, CreateTopic, DeleteConfig, Notice, SetConfig
 from streams import create_topic
@@ -240,10 +240,10 @@ def test_plan_json_and_sync_commands_report_each_change(clusters) -> None:  # ty
 def test_the_sync_dag_plans_then_applies_against_the_real_clusters(clusters, airflow_home) -> None:  # type: ignore[no-untyped-def]
     cfg, path = clusters
     create_topic(ALPHA, "t7.dag", 2, **{"cleanup.policy": "compact"})
-    bag: Any = dag_bag(path)
-    assert bag.import_errors == {}
-    dag = bag.dags["mirrorflow_sync__alpha_to_beta"]
-    assert [t.task_id for t in dag.topological_sort()] == ["plan", "apply_topics", "apply_configs", "apply_acls"]
-    assert dag.test().state == "success"
+    with deployment(path) as bag:
+        assert bag.import_errors == {}
+        dag = bag.dags["mirrorflow_sync__alpha_to_beta"]
+        assert [t.task_id for t in dag.topological_sort()] == ["plan", "apply_topics", "apply_configs", "apply_acls"]
+        assert dag.test().state == "success"
     assert _configs(_admin(cfg, "beta"), "alpha.t7.dag")["cleanup.policy"].value == "compact"
     assert _changes(cfg) == []
