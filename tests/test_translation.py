@@ -10,6 +10,7 @@ from mirrorflow.offset_syncs import OffsetRun, Position, expand, runs_of
 from mirrorflow.translation import (
     PartitionSyncs,
     mm2_offset_syncs,
+    mm2_offset_syncs_of_runs,
     mm2_target_offset,
     source_offset,
     target_offset,
@@ -130,3 +131,10 @@ def test_mm2_rereads_up_to_offset_lag_max_near_the_head() -> None:
     rereads = [resume(target_offset(syncs, u).offset) - (mm2_target_offset(sampled, u) or 0) for u in range(1000)]
     assert max(rereads) == 99 and rereads[0] == 0
     assert target_offset(syncs, 950).offset == 1950
+
+
+@settings(max_examples=400)
+@given(histories(), st.sampled_from([0, 1, 2, 5, 100]))
+def test_mm2_syncs_from_runs_equal_mm2_syncs_from_every_record(h: History, lag: int) -> None:
+    runs = runs_of("t", 0, h.synced)
+    assert mm2_offset_syncs_of_runs(runs, lag) == mm2_offset_syncs(h.synced, lag)

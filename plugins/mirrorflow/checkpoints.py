@@ -32,12 +32,11 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from mirrorflow import admin_sync, clients, metrics, offset_syncs, selection, wire
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import OperationalError
-from mirrorflow.offset_syncs import expand
 from mirrorflow.policy import checkpoints_topic
 from mirrorflow.translation import (
     PartitionSyncs,
     Translation,
-    mm2_offset_syncs,
+    mm2_offset_syncs_of_runs,
     mm2_target_offset,
     source_offset,
     target_offset,
@@ -122,6 +121,7 @@ class GroupOffsets:
         self.source_admin: AdminClient = clients.admin(self.source)
         self.target_admin: AdminClient = clients.admin(self.target)
         self._syncs: dict[str, dict[TopicPartitionKey, PartitionSyncs]] = {}
+        self._mm2: dict[TopicPartitionKey, list[tuple[int, int]]] = {}
 
     def groups(self) -> list[str]:
         listed = admin_sync.wait({"groups": self.source_admin.list_consumer_groups()},
@@ -155,8 +155,7 @@ class GroupOffsets:
                 continue  # no record of this topic was ever mirrored: MM2 writes no checkpoint either
             part = syncs.get((key, partition), PartitionSyncs(()))
             if forward:
-                mm2 = mm2_target_offset(mm2_offset_syncs(expand(sorted(part.runs, key=lambda r: r.downstream)),
-                                                         self.flow.number("offset.lag.max")), offset)
+                mm2 = mm2_target_offset(self._mm2_syncs(key, partition, part), offset)
                 planned.append((topic, partition, offset, metadata, target_topic, target_offset(part, offset), mm2))
             else:
                 planned.append((topic, partition, offset, metadata, target_topic, source_offset(part, offset), None))
@@ -175,6 +174,13 @@ class GroupOffsets:
             out.append(PartitionTranslation(group, topic, target_topic, partition, offset, resolved,
                                             t.exact and resolved == wanted, note, metadata, mm2))
         return out
+
+    def _mm2_syncs(self, topic: str, partition: int, syncs: PartitionSyncs) -> list[tuple[int, int]]:
+        """The syncs MM2 would have kept for the same writes (for comparison), once per partition and round."""
+        if (topic, partition) not in self._mm2:
+            in_write_order = sorted(syncs.runs, key=lambda r: r.downstream)
+            self._mm2[(topic, partition)] = mm2_offset_syncs_of_runs(in_write_order, self.flow.number("offset.lag.max"))
+        return self._mm2[(topic, partition)]
 
     def _read_syncs(self, upstream_alias: str) -> dict[TopicPartitionKey, PartitionSyncs]:
         """The syncs of flow {upstream_alias}->x: the flow's own (on the target) or the reverse's (on the source)."""

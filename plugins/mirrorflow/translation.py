@@ -109,6 +109,26 @@ def mm2_offset_syncs(pairs: Iterable[tuple[int, int]], offset_lag_max: int) -> l
     return out
 
 
+def mm2_offset_syncs_of_runs(runs: Iterable[OffsetRun], offset_lag_max: int) -> list[tuple[int, int]]:
+    """`mm2_offset_syncs` of the runs' records (in write order), without expanding them: O(syncs), not O(records)."""
+    out: list[tuple[int, int]] = []
+    last_sync_d = prev_u = prev_d = -1
+    step = max(offset_lag_max, 0) + 1
+    for run in runs:
+        u, d = run.upstream, run.downstream
+        if not out or u - prev_u != 1 or d < prev_d or d - (last_sync_d + 1) >= offset_lag_max:
+            out.append((u, d))
+            last_sync_d = d
+        # Inside a run both sides advance by one, so the next sync is due at last_sync_d + 1 + offset_lag_max.
+        nxt = max(last_sync_d + step, d + 1)
+        while nxt < run.downstream_end:
+            out.append((u + nxt - d, nxt))
+            last_sync_d = nxt
+            nxt += step
+        prev_u, prev_d = run.upstream_end - 1, run.downstream_end - 1
+    return out
+
+
 def mm2_target_offset(syncs: Sequence[tuple[int, int]], upstream: int) -> int | None:
     """MirrorMaker 2's rule: the newest sync at or below U; its downstream if equal, else one past it."""
     below = [(u, d) for u, d in syncs if u <= upstream]
