@@ -217,7 +217,8 @@ def _binding(acl: Acl) -> AclBinding:
                       AclOperation[acl.operation], AclPermissionType[acl.permission])
 
 
-def flow_plan(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PARTS) -> list[Change]:
+def flow_plan(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PARTS,
+              target_admin: AdminClient | None = None) -> list[Change]:
     """The drift plan of one flow, from fresh snapshots of its source and target."""
     from mirrorflow import clients
 
@@ -225,7 +226,8 @@ def flow_plan(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PART
     source = snapshot(clients.admin(cfg.cluster(flow.source)), flow.source,
                       lambda t: selection.replicates(flow, t), acls=with_acls)
     remote = {flow.policy.remote_topic(flow.source, t) for t in source.topics}
-    target = snapshot(clients.admin(cfg.cluster(flow.target)), flow.target, remote.__contains__, acls=with_acls)
+    target = snapshot(target_admin or clients.admin(cfg.cluster(flow.target)), flow.target, remote.__contains__,
+                      acls=with_acls)
     return drift.plan(flow, source, target, parts)
 
 
@@ -233,6 +235,7 @@ def sync_flow(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PART
     """Plan and apply one flow's metadata sync: (changes made, notices)."""
     from mirrorflow import clients
 
-    changes = flow_plan(cfg, flow, parts)
-    done = apply(flow.target, clients.admin(cfg.cluster(flow.target)), changes)
+    target_admin = clients.admin(cfg.cluster(flow.target))
+    changes = flow_plan(cfg, flow, parts, target_admin)
+    done = apply(flow.target, target_admin, changes)
     return done, [c for c in changes if isinstance(c, Notice)]

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -46,6 +46,16 @@ log = logging.getLogger(__name__)
 _VERSION = 0
 _IDLE_STATES = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD)
 TopicPartitionKey = tuple[str, int]
+
+
+class _Pending(NamedTuple):
+    source_topic: str
+    partition: int
+    source_offset: int
+    metadata: str
+    target_topic: str
+    translation: Translation
+    mm2_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,7 @@ class GroupOffsets:
         self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
         self.source_admin: AdminClient = clients.admin(self.source)
         self.target_admin: AdminClient = clients.admin(self.target)
-        self._syncs: dict[str, dict[TopicPartitionKey, PartitionSyncs]] = {}
+        self._syncs: dict[str, tuple[dict[TopicPartitionKey, PartitionSyncs], set[str]]] = {}
         self._mm2: dict[TopicPartitionKey, list[tuple[int, int]]] = {}
 
     def groups(self) -> list[str]:
@@ -139,27 +149,29 @@ class GroupOffsets:
     def translate(self, group: str, committed: Mapping[TopicPartitionKey, tuple[int, str]]
                   ) -> list[PartitionTranslation]:
         """Every partition of the group that the flow mirrored, or that came from the target (failback)."""
-        planned: list[tuple[str, int, int, str, str, Translation, int | None]] = []
+        planned: list[_Pending] = []
         for (topic, partition), (offset, metadata) in sorted(committed.items()):
             forward = selection.replicates(self.flow, topic)
             came_back = not forward and self.policy.topic_source(topic) == self.flow.target
             if not (forward or came_back):
                 continue
             if forward:
-                syncs = self._read_syncs(self.flow.source)
+                syncs, mirrored = self._read_syncs(self.flow.source)
                 target_topic, key = self.policy.remote_topic(self.flow.source, topic), topic
             else:
-                syncs = self._read_syncs(self.flow.target)
+                syncs, mirrored = self._read_syncs(self.flow.target)
                 target_topic = key = self.policy.upstream_topic(topic) or topic
-            if not any(t == key and s.runs for (t, _), s in syncs.items()):
+            if key not in mirrored:
                 continue  # no record of this topic was ever mirrored: MM2 writes no checkpoint either
             part = syncs.get((key, partition), PartitionSyncs(()))
             if forward:
                 mm2 = mm2_target_offset(self._mm2_syncs(key, partition, part), offset)
-                planned.append((topic, partition, offset, metadata, target_topic, target_offset(part, offset), mm2))
+                planned.append(_Pending(topic, partition, offset, metadata, target_topic,
+                                        target_offset(part, offset), mm2))
             else:
-                planned.append((topic, partition, offset, metadata, target_topic, source_offset(part, offset), None))
-        starts = self._log_starts([(p[4], p[1]) for p in planned])
+                planned.append(_Pending(topic, partition, offset, metadata, target_topic,
+                                        source_offset(part, offset), None))
+        starts = self._log_starts([(p.target_topic, p.partition) for p in planned])
         out = []
         for topic, partition, offset, metadata, target_topic, t, mm2 in planned:
             start = starts.get((target_topic, partition))
@@ -182,15 +194,16 @@ class GroupOffsets:
             self._mm2[(topic, partition)] = mm2_offset_syncs_of_runs(in_write_order, self.flow.number("offset.lag.max"))
         return self._mm2[(topic, partition)]
 
-    def _read_syncs(self, upstream_alias: str) -> dict[TopicPartitionKey, PartitionSyncs]:
-        """The syncs of flow {upstream_alias}->x: the flow's own (on the target) or the reverse's (on the source)."""
+    def _read_syncs(self, upstream_alias: str) -> tuple[dict[TopicPartitionKey, PartitionSyncs], set[str]]:
+        """The syncs of flow {upstream_alias}->x (the flow's own on the target, or the reverse's on the source),
+        and the topics with at least one mirrored record."""
         if upstream_alias not in self._syncs:
             on = self.target if upstream_alias == self.flow.source else self.source
             topic = offset_syncs.topic_name(upstream_alias, self.policy.separator)
             positions, runs = offset_syncs.read_all(clients.settings(on, "consumer"), topic)
-            self._syncs[upstream_alias] = {
-                tp: PartitionSyncs(tuple(runs.get(tp, {}).values()), positions.get(tp))
-                for tp in set(positions) | set(runs)}
+            by_tp = {tp: PartitionSyncs(tuple(runs.get(tp, {}).values()), positions.get(tp))
+                     for tp in set(positions) | set(runs)}
+            self._syncs[upstream_alias] = by_tp, {t for (t, _), by_start in runs.items() if by_start}
         return self._syncs[upstream_alias]
 
     def _log_starts(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:

@@ -14,11 +14,15 @@ from typing import Any
 from mirrorflow import admin_sync, checkpoints, clients, config
 
 log = logging.getLogger("mirrorflow")
-clients.quiet()  # a task's log ends with the one-line cause, not librdkafka's retries
+
+
+def _load(config_path: Path) -> config.MirrorConfig:
+    clients.quiet()  # a task's log ends with the one-line cause, not librdkafka's retries
+    return config.load(config_path)
 
 
 def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
-    cfg = config.load(config_path)
+    cfg = _load(config_path)
     flow = cfg.flow(flow_name)
     results = checkpoints.run_round(cfg, flow)
     for result in results:
@@ -32,7 +36,7 @@ def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
 
 def plan(config_path: Path, flow_name: str) -> dict[str, Any]:
     """Log the flow's drift plan, one line per change or notice."""
-    cfg = config.load(config_path)
+    cfg = _load(config_path)
     flow = cfg.flow(flow_name)
     changes = admin_sync.flow_plan(cfg, flow)
     for change in changes:
@@ -44,7 +48,7 @@ def plan(config_path: Path, flow_name: str) -> dict[str, Any]:
 
 def sync(config_path: Path, flow_name: str, part: str) -> dict[str, Any]:
     """Apply one part (topics, configs or acls) of the flow's metadata sync; log every change made."""
-    cfg = config.load(config_path)
+    cfg = _load(config_path)
     flow = cfg.flow(flow_name)
     done, notices = admin_sync.sync_flow(cfg, flow, (part,))
     for change in done:
