@@ -226,7 +226,7 @@ class GroupOffsets:
                                     f"cannot describe group {group} on {self.target.alias}:")[group]
         if described.state not in _IDLE_STATES:
             return f"group is active on {self.target.alias} ({described.state.name.lower()}): offsets not synced"
-        current = self._target_committed(group)
+        current = self.target_committed(group)
         moves = [TopicPartition(p.target_topic, p.partition, p.target_offset) for p in partitions
                  if current.get((p.target_topic, p.partition), -1) < p.target_offset]
         if moves:
@@ -235,7 +235,7 @@ class GroupOffsets:
                             f"cannot commit the offsets of group {group} on {self.target.alias}:")
         return f"{len(moves)} partition(s) committed to {self.target.alias}"
 
-    def _target_committed(self, group: str) -> dict[TopicPartitionKey, int]:
+    def target_committed(self, group: str) -> dict[TopicPartitionKey, int]:
         result = admin_sync.wait(self.target_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]),
                                  f"cannot read the offsets of group {group} on {self.target.alias}:")[group]
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.error is None}
@@ -267,6 +267,12 @@ def read_checkpoints(consumer_settings: Mapping[str, Any], topic: str) -> dict[t
         c = Checkpoint.decode(msg.key() or b"", value)
         out[(c.group, c.topic, c.partition)] = c
     return out
+
+
+def newest_checkpoint_ms(consumer_settings: Mapping[str, Any], topic: str) -> int | None:
+    """When the newest checkpoint in the topic was written (its record timestamp), or None if there is none."""
+    times = [msg.timestamp()[1] for msg in clients.read_to_end(consumer_settings, topic, "checkpoints")]
+    return max(times, default=None)
 
 
 def run_round(cfg: MirrorConfig, flow: Flow) -> list[GroupCheckpoints]:

@@ -20,8 +20,6 @@ DEFAULT_CONFIG = "include/mirrorflow.properties"
 
 # Commands whose behaviour later work fills in; each names what it will do.
 PLANNED: dict[str, str] = {
-    "failover": "run the DR failover runbook (planned or unplanned)",
-    "failback": "run the DR failback runbook",
     "audit": "prove by content that a flow's target holds every source record",
     "backfill": "copy a bounded range of a flow with the stream's fidelity",
 }
@@ -143,6 +141,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", required=True, metavar="ALIAS")
     _add_json(p)
     p.set_defaults(run=cmd_translate)
+
+    p = sub.add_parser("health", help="each flow as the clusters see it: running or not, requested state, "
+                       "heartbeat age, lag in records and seconds")
+    p.add_argument("--flow", metavar="A->B", help="only this flow")
+    _add_json(p)
+    p.set_defaults(run=cmd_health)
+
+    p = sub.add_parser("stop", help="stop a flow's stream cleanly, wherever it runs (its running batch finishes), "
+                       "and keep supervisors from restarting it")
+    p.add_argument("--flow", required=True, metavar="A->B")
+    p.add_argument("--reason", default="stopped from the command line")
+    p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="wait at most S seconds (default 120)")
+    p.set_defaults(run=cmd_stop)
+
+    p = sub.add_parser("start", help="record that a flow should run: its stream DAG starts it within a minute")
+    p.add_argument("--flow", required=True, metavar="A->B")
+    p.add_argument("--reason", default="started from the command line")
+    p.add_argument("--wait", type=float, default=0.0, metavar="S", help="wait up to S seconds for it to run")
+    p.set_defaults(run=cmd_start)
+
+    for name, text in (("failover", "DR failover runbook: move consumer groups from SOURCE to its mirror TARGET"),
+                       ("failback", "DR failback runbook: move consumer groups back from BACKUP to ORIGINAL and "
+                                    "restart the original flow")):
+        p = sub.add_parser(name, help=text, description=text)
+        if name == "failover":
+            p.add_argument("--source", required=True, metavar="ALIAS", help="the cluster the groups leave")
+            p.add_argument("--target", required=True, metavar="ALIAS", help="its mirror, where they resume")
+            p.add_argument("--mode", choices=("planned", "unplanned"), default="planned",
+                           help="planned: the source is up and is drained first; unplanned: the source is down")
+        else:
+            p.add_argument("--original", required=True, metavar="ALIAS", help="the cluster the groups return to")
+            p.add_argument("--backup", required=True, metavar="ALIAS", help="the cluster they run on now")
+        p.add_argument("--groups", default=".*", metavar="REGEX", help="consumer groups to move (Java regex)")
+        p.add_argument("--dry-run", action="store_true", help="only read; print what the run would do")
+        p.add_argument("--no-switch", dest="switch_flows", action="store_false",
+                       help="leave the flows in the other direction as they are")
+        p.add_argument("--drain-timeout", type=float, default=300.0, metavar="S",
+                       help="planned: wait at most S seconds for the flow to catch up (default 300)")
+        p.add_argument("--yes", action="store_true", help="do not ask for approval after the preflight")
+        _add_json(p)
+        p.set_defaults(run=cmd_runbook)
 
     for name, text in PLANNED.items():
         p = sub.add_parser(name, help=text, description=text)
@@ -396,6 +435,63 @@ def cmd_translate(args: argparse.Namespace) -> int:
     if not rows:
         lines.append("  nothing to translate: the group has no offsets on topics this flow mirrored")
     _print([vars(r) for r in rows], args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    from mirrorflow import lifecycle
+
+    cfg = load_config(args)
+    flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
+    found = [lifecycle.health(cfg, flow) for flow in flows]
+    lines = [h.line() for h in found]
+    lines += [f"  behind: {b.topic}-{b.partition} {b.records} records" for h in found for b in h.behind()[:10]]
+    _print([h.as_dict() for h in found], args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from mirrorflow import lifecycle
+
+    cfg = load_config(args)
+    lifecycle.stop(cfg, cfg.flow(args.flow), args.reason, args.timeout)
+    print(f"flow {args.flow}: stopped; supervisors will not restart it until `mirrorflow start --flow {args.flow}`")
+    return 0
+
+
+def cmd_start(args: argparse.Namespace) -> int:
+    from mirrorflow import lifecycle
+
+    cfg = load_config(args)
+    runs = lifecycle.start(cfg, cfg.flow(args.flow), args.reason, args.wait)
+    print(f"flow {args.flow}: " + ("running" if runs else "requested running; its stream DAG (or "
+                                   "`mirrorflow stream`) starts it"))
+    return 0 if runs or not args.wait else 1
+
+
+def cmd_runbook(args: argparse.Namespace) -> int:
+    from mirrorflow import runbooks
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    cfg = load_config(args)
+    options = {"groups": args.groups, "dry_run": args.dry_run, "switch_flows": args.switch_flows,
+               "drain_timeout_s": args.drain_timeout}
+    if args.command == "failover":
+        rb = runbooks.Runbook(runbooks.FAILOVER, args.source, args.target, mode=args.mode, **options)
+    else:
+        rb = runbooks.failback(args.original, args.backup, **options)
+
+    def approve(summary: str) -> bool:
+        print(summary, file=sys.stderr)
+        if args.yes:
+            return True
+        if not sys.stdin.isatty():
+            raise MirrorflowError("approval needed and no terminal to ask on: rerun with --yes")
+        return input("proceed? [y/N] ").strip().lower() in ("y", "yes")
+
+    result = runbooks.run(cfg, rb, approve)
+    _print(result, args.json, result["markdown"])
     return 0
 
 

@@ -26,7 +26,7 @@ class FlowLease:
     def __init__(self, flow: str, topic: str, consumer_settings: dict[str, Any],
                  admin_settings: dict[str, Any]) -> None:
         self.flow, self.topic = flow, topic
-        self.group = f"mirrorflow:{flow}"
+        self.group = group_of(flow)
         self._consumer_settings, self._admin_settings = consumer_settings, admin_settings
         self._consumer: Consumer | None = None
         self.held = False
@@ -112,10 +112,25 @@ class FlowLease:
             time.sleep(0.5)
 
     def _members(self, admin: AdminClient) -> list[Any]:
-        try:
-            description = admin.describe_consumer_groups([self.group])[self.group].result(timeout=15)
-        except (KafkaException, TimeoutError) as exc:
-            # No group yet, or a coordinator still loading: joining the group settles who holds it.
-            log.debug("flow %s: describing group %s: %r", self.flow, self.group, exc)
-            return []
-        return list(description.members)
+        return members(admin, self.flow)
+
+
+def group_of(flow: str) -> str:
+    return f"mirrorflow:{flow}"
+
+
+def members(admin: AdminClient, flow: str) -> list[Any]:
+    """The members of the flow's lease group (none while no instance runs, or the group cannot be described)."""
+    group = group_of(flow)
+    try:
+        description = admin.describe_consumer_groups([group])[group].result(timeout=15)
+    except (KafkaException, TimeoutError) as exc:
+        # No group yet, or a coordinator still loading: joining the group settles who holds it.
+        log.debug("flow %s: describing group %s: %r", flow, group, exc)
+        return []
+    return list(description.members)
+
+
+def holders(admin: AdminClient, flow: str) -> list[str]:
+    """The hosts of the instances of the flow that hold its lease now (at most one, by construction)."""
+    return sorted(m.host for m in members(admin, flow) if m.assignment.topic_partitions)

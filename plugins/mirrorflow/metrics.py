@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import bisect
 import json
+import os
+import socket
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -122,6 +124,7 @@ class FlowMetrics:
         self.last_batch = 0.0
         self.state = "starting"
         self.error = ""
+        self.pid, self.host = os.getpid(), socket.gethostname()
         self._lock = threading.Lock()
 
     def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -181,7 +184,8 @@ class FlowMetrics:
                               m.latency.buckets)
             return {
                 "flow": self.flow, "source": self.source, "target": self.target, "state": self.state,
-                "error": self.error, "updated": now, "started": self.started, "batches": self.batches,
+                "error": self.error, "pid": self.pid, "host": self.host,
+                "updated": now, "started": self.started, "batches": self.batches,
                 "last-batch": self.last_batch,
                 "record-count": sum(p["record-count"] for p in parts),
                 "byte-count": sum(p["byte-count"] for p in parts),

@@ -29,7 +29,7 @@ from typing import Any
 
 from py4j.protocol import Py4JError
 
-from mirrorflow import admin_sync, clients, metrics, offset_syncs, selection, spark_session, stream_writer
+from mirrorflow import admin_sync, clients, lifecycle, metrics, offset_syncs, selection, spark_session, stream_writer
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
@@ -75,7 +75,7 @@ def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOption
 
 class _Driver:
     def __init__(self, cfg: MirrorConfig, flow: Flow, options: StreamOptions) -> None:
-        self.flow, self.options = flow, options
+        self.cfg, self.flow, self.options = cfg, flow, options
         self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
         self.exactly_once = self.target.exactly_once
         self.syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
@@ -98,6 +98,7 @@ class _Driver:
         self.spark: Any = None
         self.position_producer: Any = None
         self.heartbeats: HeartbeatEmitter | None = None
+        self.stop_watch: lifecycle.StopWatch | None = None
 
     def prepare(self) -> None:
         admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
@@ -106,6 +107,8 @@ class _Driver:
         consumer_settings = self.consumer_settings
         self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
         self.lease.acquire()
+        self.stop_watch = lifecycle.StopWatch(self.cfg, self.flow, self._stop_requested)
+        self.stop_watch.start()
         if self.exactly_once:
             stream_writer.fence(self.flow.name, self.flow.source, self.flow.target,
                                 self.producer_settings, self._source_partitions())
@@ -123,7 +126,13 @@ class _Driver:
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
 
+    def _stop_requested(self, wanted: lifecycle.Requested) -> None:
+        log.info("flow %s: %s; finishing the running batch, then stopping", self.flow.name, wanted.line())
+        self.stop_requested.set()
+
     def close(self) -> None:
+        if self.stop_watch is not None:
+            self.stop_watch.stop()
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if self.lease is not None:
