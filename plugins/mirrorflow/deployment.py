@@ -11,13 +11,19 @@ from mirrorflow import config
 from mirrorflow.config import Flow
 
 DEFAULT_CONFIG = Path("include") / "mirrorflow.properties"
+CONFIG_VARIABLE = "mirrorflow_config"
+SPARK_CONNECTION = "mirrorflow_spark"  # the Spark master the stream DAGs submit to (host local[*] locally)
 # Scheduled DAGs start here and never catch up: only the current interval matters to a mirror.
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def config_path(project: Path) -> Path:
-    """`$MIRRORFLOW_CONFIG`, else the project's `include/mirrorflow.properties`."""
-    return Path(os.environ.get("MIRRORFLOW_CONFIG") or project / DEFAULT_CONFIG)
+    """`$MIRRORFLOW_CONFIG`, else the Airflow Variable `mirrorflow_config`, else `include/mirrorflow.properties`."""
+    if os.environ.get("MIRRORFLOW_CONFIG"):
+        return Path(os.environ["MIRRORFLOW_CONFIG"])
+    from airflow.sdk import Variable
+
+    return Path(Variable.get(CONFIG_VARIABLE, default=None) or project / DEFAULT_CONFIG)
 
 
 def flows(path: Path, enabled_by: str | None = None) -> list[Flow]:

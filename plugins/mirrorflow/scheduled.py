@@ -8,10 +8,12 @@ task log ends with.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mirrorflow import admin_sync, checkpoints, clients, config
+from mirrorflow import admin_sync, checkpoints, clients, config, deployment, runbooks
+from mirrorflow.errors import OperationalError
 
 log = logging.getLogger("mirrorflow")
 
@@ -58,3 +60,82 @@ def sync(config_path: Path, flow_name: str, part: str) -> dict[str, Any]:
     if not done:
         log.info("flow %s %s: nothing to change", flow.name, part)
     return {"flow": flow.name, "part": part, "changed": [str(c) for c in done]}
+
+
+# -- stream lifecycle -------------------------------------------------------------------------------
+
+def stream_launch(config_path: Path, flow_name: str) -> str:
+    """The Spark Kafka connector's jars (comma separated) when the flow's stream should be launched now, else ''."""
+    from mirrorflow import lifecycle, spark_session
+
+    cfg = _load(config_path)
+    flow = cfg.flow(flow_name)
+    launch, why = lifecycle.launch_decision(cfg, flow)
+    log.info("%s", why)
+    if not launch:
+        log.info("%s", lifecycle.health(cfg, flow, with_lag=False).line())
+        return ""
+    return ",".join(str(j) for j in spark_session.kafka_jars())
+
+
+def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict[str, Any]:
+    """health, start, stop or restart a flow's stream; health fails when a flow that should run does not."""
+    from mirrorflow import lifecycle
+
+    cfg = _load(config_path)
+    flow = cfg.flow(flow_name)
+    reason = reason or f"{action} from Airflow"
+    if action in ("stop", "restart"):
+        lifecycle.stop(cfg, flow, reason)
+        log.info("flow %s: stopped cleanly", flow.name)
+    if action in ("start", "restart"):
+        runs = lifecycle.start(cfg, flow, reason)
+        log.info("flow %s: %s", flow.name, "running" if runs else
+                 f"requested running: DAG {deployment.dag_id('stream', flow)} launches it within a minute")
+    found = lifecycle.health(cfg, flow)
+    log.info("%s", found.line())
+    for behind in found.behind()[:20]:
+        log.info("flow %s: %s-%d is %d records behind", flow.name, behind.topic, behind.partition, behind.records)
+    if action == "health" and found.requested.state == lifecycle.RUNNING and not found.alive:
+        raise OperationalError(f"flow {flow.name} should run but no stream holds its lease: "
+                               f"see DAG {deployment.dag_id('stream', flow)}")
+    return found.as_dict()
+
+
+# -- DR runbooks ------------------------------------------------------------------------------------
+
+def runbook_of(kind: str, params: Mapping[str, Any]) -> runbooks.Runbook:
+    """The runbook a trigger form asked for (failover: source/target/mode; failback: original/backup)."""
+    groups, dry_run = str(params.get("groups") or ".*"), bool(params.get("dry_run"))
+    switch, timeout = bool(params.get("switch_flows", True)), float(params.get("drain_timeout_s") or 300)
+    if kind == runbooks.FAILBACK:
+        return runbooks.failback(str(params.get("original", "")).strip(), str(params.get("backup", "")).strip(),
+                                 groups=groups, dry_run=dry_run, switch_flows=switch, drain_timeout_s=timeout)
+    return runbooks.Runbook(runbooks.FAILOVER, str(params.get("source", "")).strip(),
+                            str(params.get("target", "")).strip(), groups, str(params.get("mode", "planned")),
+                            dry_run, switch, timeout)
+
+
+def runbook_preflight(config_path: Path, kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
+    summary = runbooks.preflight(_load(config_path), runbook_of(kind, params))
+    log.info("\n%s", summary["markdown"])
+    return summary
+
+
+def runbook_drain(config_path: Path, pre: Mapping[str, Any]) -> dict[str, Any]:
+    return runbooks.drain(_load(config_path), runbooks.Runbook.from_dict(pre["runbook"]))
+
+
+def runbook_move_groups(config_path: Path, pre: Mapping[str, Any]) -> dict[str, Any]:
+    return runbooks.move_groups(_load(config_path), runbooks.Runbook.from_dict(pre["runbook"]), pre["groups"])
+
+
+def runbook_switch_flows(config_path: Path, pre: Mapping[str, Any]) -> dict[str, Any]:
+    return runbooks.switch_flows(_load(config_path), runbooks.Runbook.from_dict(pre["runbook"]))
+
+
+def runbook_report(pre: Mapping[str, Any], drained: Mapping[str, Any] | None, moved: Mapping[str, Any] | None,
+                   switched: Mapping[str, Any] | None, approval: str) -> dict[str, Any]:
+    result = runbooks.report(pre, drained, moved, switched, approval)
+    log.info("\n%s", result["markdown"])
+    return result

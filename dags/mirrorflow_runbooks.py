@@ -1,0 +1,119 @@
+"""DR runbooks, triggered by the person on call from the UI: fail consumer groups over to a mirror, and back.
+
+**Failover** (`mirrorflow_failover`): planned (the source is up: drain it, then move) or unplanned (the source
+is down: move to the newest checkpoints). **Failback** (`mirrorflow_failback`): when the original cluster is
+back, drain the reverse flow, move the groups back (remote topic names map back to the originals) and
+restart the original flow.
+
+1. `preflight` reads only: clusters, the flow's health, newest checkpoint age, lag and the RPO estimate. A
+   wrong parameter or an unreachable target fails here, before anything changed.
+2. `approval` shows the preflight summary and waits for Approve/Reject (Required Actions), if asked for.
+3. `drain` (planned): waits until every mirrored partition's lag is 0, at most the drain timeout.
+4. `move_groups`: a final checkpoint round, then each group's translated offsets are committed on the target.
+   Groups active there are refused.
+5. `switch_flows`: stops the drained flow cleanly; starts (failover) or restarts (failback) the other direction.
+6. `report`: a markdown report (groups, partitions, offsets, RPO, how long the runbook took), also the run's XCom.
+
+`dry_run` runs the reading steps and says what the others would do. Same steps as `mirrorflow failover|failback`.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from mirrorflow import config, deployment, scheduled
+
+CONFIG = deployment.config_path(Path(__file__).resolve().parent.parent)
+ALIASES = list(config.load(CONFIG).clusters)
+
+
+def _cluster(title: str, description: str) -> Param:
+    return Param("", type="string", minLength=1, title=title, description=description, examples=ALIASES)
+
+
+COMMON = {
+    "groups": Param(".*", type="string", title="Consumer groups (regex)",
+                    description="Java regex of the consumer groups to move, e.g. `orders-.*`"),
+    "dry_run": Param(False, type="boolean", title="Dry run",
+                     description="Only read and report what would be done; change nothing"),
+    "require_approval": Param(True, type="boolean", title="Require approval",
+                              description="Wait for a person to approve the preflight summary before changing "
+                                          "anything"),
+    "drain_timeout_s": Param(300, type="integer", minimum=0, title="Drain timeout (seconds)",
+                             description="Planned: how long to wait for the flow to mirror everything"),
+}
+FORMS = {
+    "failover": {
+        "source": _cluster("Failing cluster (source)", "The cluster the consumers leave, e.g. `primary`"),
+        "target": _cluster("Backup cluster (target)", "Its mirror, where the consumers resume, e.g. `backup`"),
+        "mode": Param("planned", enum=["planned", "unplanned"], title="Mode",
+                      values_display={"planned": "planned: the source is up, drain it first",
+                                      "unplanned": "unplanned: the source is down, use what was mirrored"}),
+        **COMMON,
+        "switch_flows": Param(True, type="boolean", title="Start the reverse flow",
+                              description="Mirror what is produced on the backup back to the source"),
+    },
+    "failback": {
+        "original": _cluster("Original cluster", "The cluster the consumers return to, e.g. `primary`"),
+        "backup": _cluster("Backup cluster", "The cluster they run on now, e.g. `backup`"),
+        **COMMON,
+        "switch_flows": Param(True, type="boolean", title="Restart the original flow",
+                              description="Mirror the original cluster to the backup again"),
+    },
+}
+
+
+def runbook_dag(kind: str) -> DAG:
+    with DAG(dag_id=f"mirrorflow_{kind}", schedule=None, start_date=deployment.START, catchup=False,
+             max_active_runs=1, doc_md=__doc__, params=FORMS[kind], tags=["mirrorflow", "runbook", kind],
+             default_args={"owner": "mirrorflow", "retries": 0}) as dag:
+
+        @task(task_id="preflight", execution_timeout=timedelta(minutes=5))
+        def preflight() -> dict[str, Any]:
+            return scheduled.runbook_preflight(CONFIG, kind, get_current_context()["params"])
+
+        @task.branch(task_id="needs_approval")
+        def needs_approval() -> str:
+            params = get_current_context()["params"]
+            return "approval" if params["require_approval"] and not params["dry_run"] else "drain"
+
+        approval = ApprovalOperator(
+            task_id="approval", subject=f"mirrorflow {kind}: approve the preflight summary?",
+            body="{{ ti.xcom_pull(task_ids='preflight')['markdown'] }}", response_timeout=timedelta(hours=4))
+
+        @task(task_id="drain", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+        def drain(pre: dict[str, Any]) -> dict[str, Any]:
+            return scheduled.runbook_drain(CONFIG, pre)
+
+        @task(task_id="move_groups")
+        def move_groups(pre: dict[str, Any], _drained: dict[str, Any]) -> dict[str, Any]:
+            return scheduled.runbook_move_groups(CONFIG, pre)
+
+        @task(task_id="switch_flows")
+        def switch_flows(pre: dict[str, Any], _moved: dict[str, Any]) -> dict[str, Any]:
+            return scheduled.runbook_switch_flows(CONFIG, pre)
+
+        @task(task_id="report")
+        def report(pre: dict[str, Any], drained: dict[str, Any], moved: dict[str, Any],
+                   switched: dict[str, Any]) -> dict[str, Any]:
+            params = get_current_context()["params"]
+            approved = "approved in Airflow" if params["require_approval"] and not params["dry_run"] else ""
+            return scheduled.runbook_report(pre, drained, moved, switched, approved)
+
+        pre = preflight()
+        gate = needs_approval()
+        drained = drain(pre)
+        pre >> gate >> [approval, drained]
+        approval >> drained
+        moved = move_groups(pre, drained)
+        switched = switch_flows(pre, moved)
+        report(pre, drained, moved, switched)
+    return dag
+
+
+failover = runbook_dag("failover")
+failback = runbook_dag("failback")
