@@ -179,7 +179,7 @@ class FlowHealth:
         running = f"running on {', '.join(self.holders)}" if self.alive else "not running"
         beat = "no heartbeat" if self.heartbeat_age_s is None else f"heartbeat {self.heartbeat_age_s:.0f} s ago"
         if self.lags is None:
-            lag = f"lag unknown (source unreachable: {self.source_error})"
+            lag = "lag unknown" + (f" ({self.source_error})" if self.source_error else " (source not read)")
         else:
             lag = f"lag {self.lag_records} records / {self.lag_seconds:.1f} s over {len(self.lags)} partitions"
         return f"flow {self.flow}: {running}, {self.requested.line()}, {beat}, {lag}"

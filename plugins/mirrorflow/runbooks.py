@@ -377,6 +377,9 @@ def report(pre: Mapping[str, Any], drained: Mapping[str, Any] | None, moved: Map
         lines.append(f"- approval: {approval}")
     if drained and drained.get("drained"):
         lines.append(f"- drained: every partition mirrored after {drained['waited_s']} s")
+    if rb.mode == UNPLANNED:
+        age = pre["checkpoint_age_s"]
+        lines.append(f"- offsets: the newest checkpoints on {rb.target}" + ("" if age is None else f", {age} s old"))
     lines += [f"- flows: {line}" for line in (switched or {}).get("flows", [])]
     lines += ["", f"| group | source partition | source offset | {rb.target} partition | {rb.target} offset | exact |",
               "|---|---|---:|---|---:|---|"]

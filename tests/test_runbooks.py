@@ -1,0 +1,354 @@
+"""Stream lifecycle DAGs and the DR runbooks, end to end: real Airflow, real Spark (spark-submit), real brokers.
+
+The module's deployment calls the session's brokers `primary` (alpha) and `backup` (beta), with flows both
+ways over topics `dr.*` and groups `dr-.*`. Tests run in file order: the stream DAG launches the flow, a bad
+request changes nothing, the planned failover moves group `dr-app` to the backup, the failback brings it home
+with what was produced on the backup meanwhile. The unplanned failover has a broker of its own (`lost`), which
+it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from conftest import PORTS, deployment
+from mirrorflow import checkpoints, clients, config, flow_lease, lifecycle, local, metrics
+from streams import QUIET, StreamProcess, create_topic, producer, read_partition, wait_for
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
+PRIMARY = f"127.0.0.1:{PORTS['alpha']}"
+BACKUP = f"127.0.0.1:{PORTS['beta']}"
+LOST_PORT = 39592
+TOPIC, PARTITIONS, PER_PARTITION = "dr.orders", 3, 200
+GROUP = "dr-app"
+
+
+def _config(clusters: str = "primary, backup, spare", extra: str = "") -> str:
+    return f"""clusters = {clusters}
+primary.bootstrap.servers = {PRIMARY}
+backup.bootstrap.servers = {BACKUP}
+spare.bootstrap.servers = {BACKUP}
+primary->backup.enabled = true
+backup->primary.enabled = true
+topics = dr\\..*
+groups = dr-.*
+replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+emit.checkpoints.interval.seconds = 5
+refresh.topics.interval.seconds = 10
+{extra}"""
+
+
+@dataclass
+class Deployment:
+    path: Path
+    cfg: config.MirrorConfig
+    work: Path
+    airflow_db: Path
+
+
+@pytest.fixture(scope="module")
+def dr(stream_clusters: config.MirrorConfig, airflow_home: Path, tmp_path_factory: pytest.TempPathFactory
+       ) -> Iterator[Deployment]:
+    work = tmp_path_factory.mktemp("dr")
+    path = work / "mirror.properties"
+    path.write_text(_config())
+    yield Deployment(path, config.load(path), work, airflow_home / "airflow.db")
+    cfg = config.load(path)
+    for name in ("primary->backup", "backup->primary"):
+        lifecycle.stop(cfg, cfg.flow(name), "end of the test module", 120)
+    for run in StreamDagRun.started:
+        run.wait(120)
+
+
+class StreamDagRun:
+    """`airflow dags test mirrorflow_stream__…`: one scheduled run of a stream DAG, as the scheduler would start it.
+
+    Each run has an Airflow home of its own (a copy of the migrated database), so it never contends with the
+    test process's own `dag.test()` runs.
+    """
+
+    started: ClassVar[list[StreamDagRun]] = []
+
+    def __init__(self, dr: Deployment, flow: str) -> None:
+        self.dag_id = "mirrorflow_stream__" + flow.replace("->", "_to_")
+        n = len(StreamDagRun.started)
+        self.home = dr.work / f"airflow-{n}"
+        self.home.mkdir()
+        shutil.copy(dr.airflow_db, self.home / "airflow.db")
+        self.log = dr.work / f"{self.dag_id}-{n}.log"
+        env = {**os.environ, "AIRFLOW_HOME": str(self.home), "MIRRORFLOW_CONFIG": str(dr.path),
+               "AIRFLOW_CONN_MIRRORFLOW_SPARK": '{"conn_type": "spark", "host": "local[2]"}'}
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "dags", "test", self.dag_id],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        StreamDagRun.started.append(self)
+
+    def wait(self, timeout: float) -> str:
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(30)
+        return self.output()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _holders(cfg: config.MirrorConfig, flow: str) -> list[str]:
+    return flow_lease.holders(clients.admin(cfg.cluster(flow.split("->")[1])), flow)
+
+
+def _lease_members(cfg: config.MirrorConfig, flow: str) -> set[str]:
+    """The member ids holding the flow's lease (a restarted stream is a new member)."""
+    admin = clients.admin(cfg.cluster(flow.split("->")[1]))
+    return {m.member_id for m in flow_lease.members(admin, flow) if m.assignment.topic_partitions}
+
+
+def _end(bootstrap: str, topic: str, partition: int) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-ends", **QUIET})
+    try:
+        return int(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1])
+    except KafkaException:  # not created yet
+        return -1
+    finally:
+        c.close()
+
+
+def _consume(bootstrap: str, group: str, topics: list[str], limit: dict[tuple[str, int], int] | None = None,
+             partitions: int = PARTITIONS) -> list[bytes]:
+    """Resume `group` on these topics from its committed offsets, read to the end (or `limit` records per
+    partition), commit, and return the values read."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest", **QUIET})
+    try:
+        tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+        for attempt in range(10):  # a group's first request may meet a coordinator still loading
+            try:
+                committed = {(tp.topic, tp.partition): tp.offset for tp in c.committed(tps, timeout=30)}
+                break
+            except KafkaException:
+                if attempt == 9:
+                    raise
+                time.sleep(1)
+        values: list[bytes] = []
+        for (topic, p), offset in committed.items():
+            end = _end(bootstrap, topic, p)
+            start = offset if offset >= 0 else 0
+            stop = min(end, start + limit.get((topic, p), end)) if limit else end
+            if stop <= start:
+                continue
+            c.assign([TopicPartition(topic, p, start)])
+            got = 0
+            deadline = time.monotonic() + 60
+            while got < stop - start and time.monotonic() < deadline:
+                for m in c.consume(500, 1.0):
+                    if m.error() is None and m.offset() < stop:
+                        values.append(m.value())
+                        got += 1
+            assert got == stop - start, f"{topic}-{p}: read {got} of {stop - start}"
+            c.commit(offsets=[TopicPartition(topic, p, stop)], asynchronous=False)
+        return values
+    finally:
+        c.close()
+
+
+def _run_dag(dr: Deployment, dag_id: str, conf: dict[str, Any]) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """dag.test() of a runbook DAG: the run's state, each task's state, and the report task's result."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with deployment(dr.path) as bag:
+        assert bag.import_errors == {}
+        run = bag.dags[dag_id].test(run_conf=conf)
+    with create_session() as session:
+        states = {ti.task_id: str(ti.state) for ti in
+                  session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run.run_id)}
+        rows = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run.run_id, task_id="report",
+                                                  key="return_value").all()
+        result = XComModel.deserialize_value(rows[0]) if rows else {}
+    return str(run.state), states, result
+
+
+# -- the stream's lifecycle ---------------------------------------------------------------------------
+
+def test_the_stream_dag_launches_the_flow_with_spark_submit_restarts_it_when_killed_and_never_runs_two(
+        dr: Deployment) -> None:
+    create_topic(PRIMARY, TOPIC, PARTITIONS)
+    p = producer(PRIMARY)
+    for i in range(PER_PARTITION * PARTITIONS):
+        p.produce(TOPIC, f"v{i}".encode(), partition=i % PARTITIONS)
+    p.flush(30)
+    lifecycle.start(dr.cfg, dr.cfg.flow("primary->backup"), "test")
+    first = StreamDagRun(dr, "primary->backup")
+    wait_for(lambda: bool(_holders(dr.cfg, "primary->backup")), 180, "the stream DAG's stream to hold the lease")
+    wait_for(lambda: all(_end(BACKUP, f"primary.{TOPIC}", p) == PER_PARTITION for p in range(PARTITIONS)), 120,
+             "the records mirrored")
+    assert "Spark-Submit cmd: spark-submit --master local[2]" in first.output()
+
+    second = StreamDagRun(dr, "primary->backup")  # what a restarted scheduler's next run does
+    out = second.wait(240)
+    assert "already runs on" in out
+    assert len(_holders(dr.cfg, "primary->backup")) == 1 and first.proc.poll() is None
+
+    status = metrics.status_file(dr.cfg.flow("primary->backup"))
+    wait_for(lambda: (metrics.read_status(status) or {}).get("state") == "running", 60, "the stream's status")
+    driver = (metrics.read_status(status) or {})["pid"]
+    dead = _lease_members(dr.cfg, "primary->backup")
+    killed = time.monotonic()
+    os.kill(driver, signal.SIGKILL)
+    assert "state=failed" in first.wait(120)  # the run fails with its stream
+    def restarted() -> bool:
+        return bool(_lease_members(dr.cfg, "primary->backup") - dead)
+
+    while not restarted():  # the scheduler: a run every 30 s, one at a time
+        tick = time.monotonic()
+        run = StreamDagRun(dr, "primary->backup")
+        wait_for(lambda r=run: r.proc.poll() is not None or restarted(), 150,  # type: ignore[misc]
+                 "the next run to start the stream or to end")
+        assert time.monotonic() - killed < 150, run.output()[-3000:]
+        if not restarted():
+            time.sleep(max(0.0, 30 - (time.monotonic() - tick)))
+    back_after = time.monotonic() - killed
+    print(f"\nstream killed with SIGKILL: running again {back_after:.0f} s later")
+    assert back_after < 120
+
+
+def test_a_bad_request_fails_at_preflight_having_changed_nothing(dr: Deployment) -> None:
+    forward = dr.cfg.flow("primary->backup")
+    before = lifecycle.requested(dr.cfg, forward)
+    base = [sys.executable, "-m", "mirrorflow.cli", "--config", str(dr.path), "failover", "--yes"]
+    cases = {
+        ("--source", "nowhere", "--target", "backup"): "unknown cluster 'nowhere'",
+        ("--source", "primary", "--target", "spare"): "no enabled flow 'primary->spare'",
+        ("--source", "primary", "--target", "backup", "--groups", "nobody-.*"): "matches none of",
+    }
+    for args, message in cases.items():
+        out = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 or out.stderr.count("mirrorflow: error:") == 1
+    state, tasks, _ = _run_dag(dr, "mirrorflow_failover", {"source": "nowhere", "target": "backup",
+                                                           "require_approval": False})
+    assert state == "failed" and tasks["preflight"] == "failed"
+    assert all(tasks.get(t) in (None, "None", "upstream_failed") for t in ("drain", "move_groups", "switch_flows"))
+    assert lifecycle.requested(dr.cfg, forward) == before
+    assert _holders(dr.cfg, "primary->backup")
+
+
+# -- planned failover and failback --------------------------------------------------------------------
+
+def test_planned_failover_moves_the_group_so_it_reads_exactly_the_remaining_records_on_the_backup(
+        dr: Deployment) -> None:
+    first_reads = _consume(PRIMARY, GROUP, [TOPIC], limit={(TOPIC, 0): 50, (TOPIC, 1): 120, (TOPIC, 2): 10})
+    assert len(first_reads) == 180
+    more = producer(PRIMARY)  # written just before the failover: the drain must carry them over
+    for i in range(PER_PARTITION * PARTITIONS, PER_PARTITION * PARTITIONS + 90):
+        more.produce(TOPIC, f"v{i}".encode(), partition=i % PARTITIONS)
+    more.flush(30)
+
+    state, tasks, report = _run_dag(dr, "mirrorflow_failover", {
+        "source": "primary", "target": "backup", "groups": "dr-.*", "mode": "planned", "require_approval": False})
+    assert state == "success", tasks
+    assert tasks["approval"] == "skipped"
+    print("\n" + report["markdown"])
+    assert report["groups"] == 1 and report["partitions"] == PARTITIONS and "RPO: 0 records" in report["markdown"]
+
+    assert not _holders(dr.cfg, "primary->backup")  # stopped cleanly by the runbook
+    assert lifecycle.requested(dr.cfg, dr.cfg.flow("primary->backup")).state == lifecycle.STOPPED
+    assert lifecycle.requested(dr.cfg, dr.cfg.flow("backup->primary")).state == lifecycle.RUNNING
+    on_backup = _consume(BACKUP, GROUP, [f"primary.{TOPIC}"])
+    everything = {f"v{i}".encode() for i in range(PER_PARTITION * PARTITIONS + 90)}
+    assert len(on_backup) == len(set(on_backup)) == len(everything) - 180  # zero re-read
+    assert set(on_backup) | set(first_reads) == everything  # zero lost
+
+
+def test_failback_brings_home_what_was_produced_on_the_backup_and_the_group_resumes_without_loss(
+        dr: Deployment) -> None:
+    create_topic(BACKUP, TOPIC, PARTITIONS)
+    p = producer(BACKUP)
+    for i in range(150):
+        p.produce(TOPIC, f"outage-{i}".encode(), partition=i % PARTITIONS)
+    p.flush(30)
+    read_on_backup = _consume(BACKUP, GROUP, [TOPIC], limit={(TOPIC, 0): 20, (TOPIC, 1): 0, (TOPIC, 2): 50})
+    StreamDagRun(dr, "backup->primary")  # requested running by the failover: the scheduler starts it
+
+    state, tasks, report = _run_dag(dr, "mirrorflow_failback", {
+        "original": "primary", "backup": "backup", "groups": "dr-.*", "require_approval": False,
+        "drain_timeout_s": 300})
+    assert state == "success", tasks
+    print("\n" + report["markdown"])
+
+    came_back = [m.value() for p in range(PARTITIONS) for m in read_partition(PRIMARY, f"backup.{TOPIC}", p)]
+    assert sorted(came_back) == sorted(f"outage-{i}".encode() for i in range(150))
+    resumed = _consume(PRIMARY, GROUP, [TOPIC, f"backup.{TOPIC}"])
+    assert sorted(resumed) == sorted(set(f"outage-{i}".encode() for i in range(150)) - set(read_on_backup))
+    assert not _holders(dr.cfg, "backup->primary")
+    assert lifecycle.requested(dr.cfg, dr.cfg.flow("backup->primary")).state == lifecycle.STOPPED
+    assert lifecycle.requested(dr.cfg, dr.cfg.flow("primary->backup")).state == lifecycle.RUNNING
+
+
+# -- unplanned failover -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def lost(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[tuple[Path, config.MirrorConfig]]:
+    work = tmp_path_factory.mktemp("lost")
+    path = work / "mirror.properties"
+    path.write_text(_config("primary, backup, spare, lost",
+                            f"lost.bootstrap.servers = 127.0.0.1:{LOST_PORT}\nlost->backup.enabled = true\n"))
+    cfg = config.load(path)
+    local.up(cfg, ["lost"])
+    try:
+        yield path, cfg
+    finally:
+        local.down(cfg, ["lost"], purge=True)
+
+
+def test_unplanned_failover_with_the_source_down_commits_the_newest_checkpoints_and_reports_the_rpo(
+        lost: tuple[Path, config.MirrorConfig], dr: Deployment) -> None:
+    path, cfg = lost
+    bootstrap = f"127.0.0.1:{LOST_PORT}"
+    create_topic(bootstrap, "dr.lost", 2)
+    p = producer(bootstrap)
+    for i in range(300):
+        p.produce("dr.lost", f"l{i}".encode(), partition=i % 2)
+    p.flush(30)
+    consumed = _consume(bootstrap, "dr-lost", ["dr.lost"], limit={("dr.lost", 0): 40, ("dr.lost", 1): 60}, partitions=2)
+    stream = StreamProcess(path, "lost->backup", dr.work / "lost-stream")
+    stream.start()
+    wait_for(lambda: all(_end(BACKUP, "lost.dr.lost", q) == 150 for q in range(2)), 240, "dr.lost mirrored", stream)
+    flow = cfg.flow("lost->backup")
+    checkpoints.run_round(cfg, flow)
+    wait_for(lambda: (metrics.read_status(metrics.status_file(flow)) or {}).get("record-count", 0) == 300, 60,
+             "the stream's status", stream)
+    stream.kill9()
+    for i in range(300, 350):  # written after the mirror's last view and never mirrored: lost with the cluster
+        p.produce("dr.lost", f"l{i}".encode(), partition=i % 2)
+    p.flush(30)
+    local.down(cfg, ["lost"])
+
+    dr_lost = Deployment(path, cfg, dr.work, dr.airflow_db)
+    state, tasks, report = _run_dag(dr_lost, "mirrorflow_failover", {
+        "source": "lost", "target": "backup", "groups": "dr-lost", "mode": "unplanned", "switch_flows": False,
+        "require_approval": False})
+    assert state == "success", tasks
+    print("\n" + report["markdown"])
+    assert report["rpo"]["measured"] is False and "unknown" in report["rpo"]["note"]
+    assert report["partitions"] == 2 and "offsets: the newest checkpoints on backup" in report["markdown"]
+    on_backup = _consume(BACKUP, "dr-lost", ["lost.dr.lost"], partitions=2)
+    assert sorted(on_backup) == sorted({f"l{i}".encode() for i in range(300)} - set(consumed))
