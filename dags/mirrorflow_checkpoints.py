@@ -20,6 +20,7 @@ def checkpoints_dag(flow: Flow) -> DAG:
     interval = flow.number("emit.checkpoints.interval.seconds")
     with DAG(dag_id=deployment.dag_id("checkpoints", flow), schedule=timedelta(seconds=interval),
              start_date=deployment.START, catchup=False, max_active_runs=1, doc_md=__doc__,
+             default_args=deployment.TASK_DEFAULTS,
              tags=["mirrorflow", "checkpoints", flow.source, flow.target]) as dag:
 
         @task(task_id="checkpoint_round", execution_timeout=timedelta(seconds=max(60, 3 * interval)))

@@ -70,7 +70,7 @@ FORMS = {
 def runbook_dag(kind: str) -> DAG:
     with DAG(dag_id=f"mirrorflow_{kind}", schedule=None, start_date=deployment.START, catchup=False,
              max_active_runs=1, doc_md=__doc__, params=FORMS[kind], tags=["mirrorflow", "runbook", kind],
-             default_args={"owner": "mirrorflow", "retries": 0}) as dag:
+             default_args=deployment.TASK_DEFAULTS) as dag:
 
         @task(task_id="preflight", execution_timeout=timedelta(minutes=5))
         def preflight() -> dict[str, Any]:

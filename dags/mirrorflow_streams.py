@@ -30,12 +30,11 @@ PROJECT = Path(__file__).resolve().parent.parent
 CONFIG = deployment.config_path(PROJECT)
 APPLICATION = PROJECT / "spark_jobs" / "mirror_stream.py"
 BIN = Path(sys.executable).parent  # spark-submit and the driver's Python come from this environment
-DEFAULTS = {"owner": "mirrorflow", "retries": 0}
 
 
 def stream_dag(flow: Flow) -> DAG:
     with DAG(dag_id=deployment.dag_id("stream", flow), schedule=timedelta(seconds=30), start_date=deployment.START,
-             catchup=False, max_active_runs=1, doc_md=__doc__, default_args=DEFAULTS,
+             catchup=False, max_active_runs=1, doc_md=__doc__, default_args=deployment.TASK_DEFAULTS,
              tags=["mirrorflow", "stream", flow.source, flow.target]) as dag:
 
         @task.short_circuit(task_id="check", execution_timeout=timedelta(minutes=5))
@@ -56,7 +55,8 @@ def stream_dag(flow: Flow) -> DAG:
 
 def control_dag(flow: Flow) -> DAG:
     with DAG(dag_id=deployment.dag_id("control", flow), schedule=None, start_date=deployment.START, catchup=False,
-             doc_md=__doc__, default_args=DEFAULTS, tags=["mirrorflow", "stream", flow.source, flow.target],
+             doc_md=__doc__, default_args=deployment.TASK_DEFAULTS,
+             tags=["mirrorflow", "control", flow.source, flow.target],
              params={
                  "action": Param("health", enum=["health", "start", "stop", "restart"], title="Action",
                                  description="health: is it running, how far behind; stop: finish the running "

@@ -20,6 +20,7 @@ CONFIG = deployment.config_path(Path(__file__).resolve().parent.parent)
 def sync_dag(flow: Flow) -> DAG:
     with DAG(dag_id=deployment.dag_id("sync", flow), schedule=timedelta(seconds=deployment.sync_interval(flow)),
              start_date=deployment.START, catchup=False, max_active_runs=1, doc_md=__doc__,
+             default_args=deployment.TASK_DEFAULTS,
              tags=["mirrorflow", "sync", flow.source, flow.target]) as dag:
 
         @task(task_id="plan")

@@ -34,3 +34,32 @@ def test_a_broken_config_is_one_import_error_naming_file_line_and_key(airflow_ho
         pass
     errors = list(bag.import_errors.values())
     assert errors and all(f"{bad}:5: emit.checkpoints.interval.seconds" in e for e in errors)
+
+
+def test_every_dag_has_docs_tags_an_owner_and_sane_retries(airflow_home: Path, clusters_file: Path) -> None:
+    with deployment(clusters_file) as bag:
+        pass
+    assert {"mirrorflow_failover", "mirrorflow_failback", "mirrorflow_stream__alpha_to_beta",
+            "mirrorflow_control__alpha_to_beta"} <= set(bag.dags)
+    for dag_id, dag in bag.dags.items():
+        assert dag.doc_md and len(dag.doc_md) > 200, dag_id
+        assert "mirrorflow" in dag.tags, dag_id
+        for t in dag.tasks:
+            assert t.owner == "mirrorflow", dag_id
+            assert t.retries <= 3, f"{dag_id}.{t.task_id}"
+
+
+def test_the_runbook_forms_say_what_each_field_means(airflow_home: Path, clusters_file: Path) -> None:
+    with deployment(clusters_file) as bag:
+        pass
+    failover = bag.dags["mirrorflow_failover"].params
+    assert set(failover) == {"source", "target", "mode", "groups", "dry_run", "require_approval", "switch_flows",
+                             "drain_timeout_s"}
+    assert set(bag.dags["mirrorflow_failback"].params) == set(failover) - {"source", "target", "mode"} | {
+        "original", "backup"}
+    for name in failover:
+        schema = failover.get_param(name).schema
+        assert schema.get("title") and (schema.get("description") or schema.get("values_display")), name
+    assert failover.get_param("source").schema["examples"] == ["alpha", "beta", "gamma"]
+    assert [t.task_id for t in bag.dags["mirrorflow_failover"].topological_sort()] == [
+        "preflight", "needs_approval", "approval", "drain", "move_groups", "switch_flows", "report"]

@@ -74,3 +74,32 @@ def to_librdkafka(java: Mapping[str, str], *, cluster: str = "?") -> tuple[dict[
         else:
             dropped.append(key)
     return out, sorted(dropped)
+
+
+_LOGIN_MODULES = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+                  "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+                  "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule"}
+
+
+def from_librdkafka(settings: Mapping[str, object], *, where: str) -> dict[str, str]:
+    """Java client properties for a librdkafka config dict (an Airflow Kafka connection's extra).
+
+    Inverse of `to_librdkafka` for what both sides can say: `sasl.username`/`sasl.password` become a PLAIN or
+    SCRAM `sasl.jaas.config`, `ssl.ca.location` a PEM truststore; other keys pass through as they are.
+    """
+    out = {k: str(v) for k, v in settings.items() if k not in ("sasl.username", "sasl.password", "ssl.ca.location")}
+    if "sasl.mechanisms" in out:
+        out["sasl.mechanism"] = out.pop("sasl.mechanisms")
+    if "sasl.username" in settings or "sasl.password" in settings:
+        mechanism = out.get("sasl.mechanism", "").upper()
+        if mechanism not in _LOGIN_MODULES:
+            raise ConfigError(f"sasl.username/sasl.password need sasl.mechanism PLAIN, SCRAM-SHA-256 or "
+                              f"SCRAM-SHA-512, not {mechanism or 'none'}", source=where)
+        user, password = str(settings.get("sasl.username", "")), str(settings.get("sasl.password", ""))
+        if any(c in user + password for c in '"\\'):
+            raise ConfigError("sasl.username and sasl.password must not contain '\"' or '\\'", source=where)
+        out["sasl.jaas.config"] = f'{_LOGIN_MODULES[mechanism]} required username="{user}" password="{password}";'
+    if "ssl.ca.location" in settings:
+        out["ssl.truststore.location"] = str(settings["ssl.ca.location"])
+        out["ssl.truststore.type"] = "PEM"
+    return out

@@ -7,12 +7,15 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
-from mirrorflow import config
-from mirrorflow.config import Flow
+from mirrorflow import client_config, config, keys, properties
+from mirrorflow.config import Flow, MirrorConfig
 
 DEFAULT_CONFIG = Path("include") / "mirrorflow.properties"
 CONFIG_VARIABLE = "mirrorflow_config"
 SPARK_CONNECTION = "mirrorflow_spark"  # the Spark master the stream DAGs submit to (host local[*] locally)
+# Every task: owned by mirrorflow; no blind retries (scheduled DAGs run again at their next interval, runbook
+# steps must not repeat by themselves).
+TASK_DEFAULTS: dict[str, object] = {"owner": "mirrorflow", "retries": 0}
 # Scheduled DAGs start here and never catch up: only the current interval matters to a mirror.
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -24,6 +27,57 @@ def config_path(project: Path) -> Path:
     from airflow.sdk import Variable
 
     return Path(Variable.get(CONFIG_VARIABLE, default=None) or project / DEFAULT_CONFIG)
+
+
+def connection_id(alias: str) -> str:
+    """The Airflow connection (Kafka provider type) that may hold a cluster's client settings."""
+    return f"mirrorflow_{alias}"
+
+
+def load(path: Path) -> MirrorConfig:
+    """The config, with each cluster's client settings from Airflow connection `mirrorflow_{alias}` if it exists.
+
+    The connection's extra is a librdkafka config dict, as the Kafka provider keeps it; its keys replace the
+    file's `{alias}.*` keys of the same name. Secret values are registered with Airflow's log masker.
+    """
+    entries = properties.load(path)
+    cfg = config.from_entries(entries, source=str(path))
+    added: list[properties.Entry] = []
+    for alias in cfg.clusters:
+        extra = _connection_extra(connection_id(alias))
+        if extra is None:
+            continue
+        for key, value in client_config.from_librdkafka(extra, where=f"Airflow connection {connection_id(alias)}"
+                                                       ).items():
+            if keys.is_sensitive(key) or "password" in key:
+                _mask(value)
+            added.append(properties.Entry(f"{alias}.{key}", value, 0))
+    if not added:
+        return cfg
+    replaced = {e.key for e in added}
+    return config.from_entries([e for e in entries if e.key not in replaced] + added, source=str(path))
+
+
+def _connection_extra(conn_id: str) -> dict[str, object] | None:
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        connection = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return None
+    extra = connection.extra_dejson
+    if connection.password:
+        _mask(connection.password)
+    return dict(extra) if isinstance(extra, dict) else None
+
+
+def _mask(secret: str) -> None:
+    from airflow.sdk.log import mask_secret
+
+    mask_secret(secret)
+    if "password=\"" in secret:  # a JAAS line: mask the password inside it too
+        mask_secret(secret.split('password="', 1)[1].split('"', 1)[0])
 
 
 def flows(path: Path, enabled_by: str | None = None) -> list[Flow]:

@@ -20,7 +20,7 @@ log = logging.getLogger("mirrorflow")
 
 def _load(config_path: Path) -> config.MirrorConfig:
     clients.quiet()  # a task's log ends with the one-line cause, not librdkafka's retries
-    return config.load(config_path)
+    return deployment.load(config_path)
 
 
 def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
