@@ -1,4 +1,5 @@
-# The two commands of the README: `make demo` (run the embedded default) and `make test`.
+# The two commands of the README: `make demo` (the embedded default: clusters, Airflow, the example flow) and
+# `make test`.
 # Both set up everything from a fresh clone: Java and Maven if missing (Debian), uv, the locked venv.
 SHELL := /bin/bash
 PYTHON ?= python3.11
@@ -22,9 +23,14 @@ $(BIN)/mirrorflow: pyproject.toml uv.lock
 demo: setup
 	$(BIN)/mirrorflow local up
 	$(BIN)/mirrorflow validate
-	$(BIN)/mirrorflow local status
-	@echo "Mirroring primary->backup until Ctrl-C (status: .venv/bin/mirrorflow status; brokers: make stop)"
-	$(BIN)/mirrorflow stream --flow "primary->backup" --metrics-port 9464
+	$(BIN)/mirrorflow stop --flow "backup->primary" --reason "standby: the failover runbook starts it"
+	$(BIN)/mirrorflow start --flow "primary->backup" --reason "make demo"
+	$(BIN)/mirrorflow airflow up
+	@echo "waiting for the scheduler to launch the primary->backup stream (mirrorflow_stream__primary_to_backup)"
+	$(BIN)/mirrorflow start --flow "primary->backup" --reason "make demo" --wait 300
+	$(BIN)/mirrorflow health
+	@echo "Look at: the Airflow UI above (DAGs tagged mirrorflow; runbooks mirrorflow_failover, mirrorflow_failback),"
+	@echo "         .venv/bin/mirrorflow status | health | topology;  stop everything with: make stop"
 
 lint: setup
 	$(BIN)/ruff check plugins tests dags spark_jobs
@@ -38,6 +44,8 @@ bench: setup
 	$(BIN)/python tests/benchmark_mirror.py
 
 stop:
+	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow stop --flow "primary->backup" --reason "make stop" --timeout 90
+	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow airflow down
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow local down
 
 clean: stop

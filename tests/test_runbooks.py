@@ -340,6 +340,7 @@ def test_unplanned_failover_with_the_source_down_commits_the_newest_checkpoints_
     for i in range(300, 350):  # written after the mirror's last view and never mirrored: lost with the cluster
         p.produce("dr.lost", f"l{i}".encode(), partition=i % 2)
     p.flush(30)
+    del p  # its client would retry the stopped broker for the rest of the session
     local.down(cfg, ["lost"])
 
     dr_lost = Deployment(path, cfg, dr.work, dr.airflow_db)

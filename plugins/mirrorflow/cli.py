@@ -74,6 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
             lp.add_argument("--purge", action="store_true", help="also delete the brokers' data")
         lp.set_defaults(run=cmd_local)
 
+    p = sub.add_parser("airflow", help="run the embedded Airflow (standalone: scheduler, API server, DAG "
+                       "processor, triggerer) with this project's DAGs")
+    asub = p.add_subparsers(dest="action", metavar="ACTION", parser_class=_Parser)
+    asub.required = True
+    for action, text in (("up", "start it in the background and wait until its API answers"),
+                         ("down", "stop it and every task it runs"), ("status", "show it")):
+        asub.add_parser(action, help=text).set_defaults(run=cmd_airflow)
+
     p = sub.add_parser("mm1", help="map MirrorMaker 1 / Go mirror maker flags onto an MM2 config")
     p.add_argument("--consumer.config", dest="consumer_configs", action="append", default=[], metavar="FILE",
                    help="source cluster consumer properties (repeat for several sources)")
@@ -264,6 +272,29 @@ def cmd_local(args: argparse.Namespace) -> int:
              f"{f' (pid {s.pid})' if s.pid else ''} on port {s.port}"
              f"{', secure (SASL + ACLs)' if s.secure else ''}" for s in states]
     _print([s.as_dict() for s in states], args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_airflow(args: argparse.Namespace) -> int:
+    from mirrorflow import local_airflow
+
+    project = Path(__file__).resolve().parents[2]
+    if args.action == "up":
+        load_config(args)  # a broken config fails here, in one line, not as DAG import errors
+        state = local_airflow.up(project, Path(_config_path(args)).resolve())
+    elif args.action == "down":
+        state = local_airflow.down()
+    else:
+        state = local_airflow.status()
+    if not state.running:
+        print(f"Airflow: not running (home {state.home})")
+        return 0 if args.action != "up" else 1
+    print(f"Airflow: running (pid {state.pid}), UI and API at {state.url}, home {state.home}")
+    if state.new_password:
+        print(f"  login: {local_airflow.USER} / {state.new_password}   (shown once; kept in "
+              f"{state.home / 'passwords.json'})")
+    else:
+        print(f"  login: {local_airflow.USER}, password in {state.home / 'passwords.json'}")
     return 0
 
 

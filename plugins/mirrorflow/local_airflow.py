@@ -1,0 +1,153 @@
+"""The embedded Airflow: `airflow standalone` for this project, next to the local clusters.
+
+Project-local and development-only, as Airflow means standalone to be: SQLite in `.mirrorflow/airflow`,
+LocalExecutor, the repo's `dags/` and `plugins/`, no examples, one admin user whose generated password is
+kept in `.mirrorflow/airflow/passwords.json` (mode 0600) and printed once, when it is created. The Spark
+connection `mirrorflow_spark` points at Spark local mode. DAGs start unpaused, so the scheduler runs each
+enabled flow's stream as soon as the flow is requested running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from mirrorflow import local
+from mirrorflow.errors import OperationalError
+
+USER = "admin"
+PORT = int(os.environ.get("MIRRORFLOW_AIRFLOW_PORT", "8080"))
+START_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class AirflowState:
+    running: bool
+    pid: int | None
+    url: str
+    home: Path
+    new_password: str | None = None  # set only when `up` created the login
+
+
+def home() -> Path:
+    return local.home() / "airflow"
+
+
+def _pid_file() -> Path:
+    return home() / "standalone.pid"
+
+
+def _passwords_file() -> Path:
+    return home() / "passwords.json"
+
+
+def environment(project: Path, config_path: Path) -> dict[str, str]:
+    """The environment the embedded Airflow and its tasks run with."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(home()),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(project / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(project / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(_passwords_file()),
+        "AIRFLOW__API__PORT": str(PORT),
+        "AIRFLOW_CONN_MIRRORFLOW_SPARK": json.dumps({"conn_type": "spark", "host": "local[*]"}),
+        "MIRRORFLOW_CONFIG": str(config_path),
+        "MIRRORFLOW_HOME": str(local.home()),
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+def _running_pid() -> int | None:
+    try:
+        pid = int(_pid_file().read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def status() -> AirflowState:
+    pid = _running_pid()
+    return AirflowState(pid is not None and _answers(), pid, f"http://127.0.0.1:{PORT}", home())
+
+
+def up(project: Path, config_path: Path) -> AirflowState:
+    """Start `airflow standalone` in the background unless it runs; return once its API answers."""
+    home().mkdir(parents=True, exist_ok=True)
+    created = _ensure_login()
+    if _running_pid() is None:
+        env = environment(project, config_path)
+        log = open(home() / "standalone.log", "ab")  # noqa: SIM115 - handed to the child process
+        proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=project)
+        _pid_file().write_text(str(proc.pid))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers():
+            if proc.poll() is not None:
+                raise OperationalError(f"airflow standalone exited ({proc.returncode}); "
+                                       f"see {home() / 'standalone.log'}")
+            if time.monotonic() > deadline:
+                raise OperationalError(f"Airflow did not answer on port {PORT} within {START_TIMEOUT_S:.0f} s; "
+                                       f"see {home() / 'standalone.log'}")
+            time.sleep(2)
+    state = status()
+    return AirflowState(state.running, state.pid, state.url, state.home, created)
+
+
+def down() -> AirflowState:
+    """Stop the standalone process group (scheduler, dag-processor, API server, triggerer, their tasks)."""
+    pid = _running_pid()
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+    _pid_file().unlink(missing_ok=True)
+    return status()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    try:  # a zombie (our own child, not reaped) is gone for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _ensure_login() -> str | None:
+    """Create the admin login once; its password, only when it was just created."""
+    if _passwords_file().exists():
+        return None
+    password = secrets.token_urlsafe(12)
+    _passwords_file().touch(mode=0o600)
+    _passwords_file().write_text(json.dumps({USER: password}))
+    return password
+
+
+def _answers() -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/api/v2/monitor/health", timeout=5) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
