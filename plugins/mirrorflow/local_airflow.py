@@ -64,6 +64,8 @@ def environment(project: Path, config_path: Path) -> dict[str, str]:
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(_passwords_file()),
         "AIRFLOW__API__PORT": str(PORT),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{PORT}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{PORT}/execution/",
         "AIRFLOW_CONN_MIRRORFLOW_SPARK": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "MIRRORFLOW_CONFIG": str(config_path),
         "MIRRORFLOW_HOME": str(local.home()),
@@ -124,15 +126,13 @@ def down() -> AirflowState:
     return status()
 
 
-def _alive(pid: int) -> bool:
+def _alive(group: int) -> bool:
+    """Whether any process of the standalone's process group (its jobs, their tasks) still runs."""
     try:
-        os.kill(pid, 0)
+        os.killpg(group, 0)
     except OSError:
         return False
-    try:  # a zombie (our own child, not reaped) is gone for our purposes
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
+    return True
 
 
 def _ensure_login() -> str | None:
