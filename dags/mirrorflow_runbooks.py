@@ -51,6 +51,7 @@ FORMS = {
         "source": _cluster("Failing cluster (source)", "The cluster the consumers leave, e.g. `primary`"),
         "target": _cluster("Backup cluster (target)", "Its mirror, where the consumers resume, e.g. `backup`"),
         "mode": Param("planned", enum=["planned", "unplanned"], title="Mode",
+                      description="Is the source cluster still up?",
                       values_display={"planned": "planned: the source is up, drain it first",
                                       "unplanned": "unplanned: the source is down, use what was mirrored"}),
         **COMMON,

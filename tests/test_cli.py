@@ -61,7 +61,7 @@ def test_usage_errors_exit_2() -> None:
 
 def test_every_command_has_help() -> None:
     for command in ["validate", "local", "mm1", "stream", "status", "checkpoint", "translate", "plan", "sync",
-                    "topology", *PLANNED]:
+                    "topology", "health", "start", "stop", "failover", "failback", "airflow", *PLANNED]:
         r = run(command, "--help")
         assert r.returncode == 0 and "usage: mirrorflow" in r.stdout, command
 
