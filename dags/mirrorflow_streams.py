@@ -45,6 +45,9 @@ def stream_dag(flow: Flow) -> DAG:
         mirror = SparkSubmitOperator(
             task_id="mirror", conn_id=deployment.SPARK_CONNECTION, application=str(APPLICATION),
             name=f"mirrorflow {flow.name}", jars=jars, driver_memory="1g",
+            # In cluster mode, return once submitted: the cluster supervises the driver, the lease the rest.
+            conf={"spark.yarn.submit.waitAppCompletion": "false",
+                  "spark.kubernetes.submission.waitAppCompletion": "false"},
             application_args=["--config", str(CONFIG), "--flow", flow.name],
             env_vars={"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable,
                       "PYSPARK_DRIVER_PYTHON": sys.executable},
