@@ -268,7 +268,9 @@ def test_planned_failover_moves_the_group_so_it_reads_exactly_the_remaining_reco
     print("\n" + report["markdown"])
     assert report["groups"] == 1 and report["partitions"] == PARTITIONS and "RPO: 0 records" in report["markdown"]
 
-    assert not _holders(dr.cfg, "primary->backup")  # stopped cleanly by the runbook
+    assert not _holders(dr.cfg, "primary->backup")  # stopped by the runbook: the stream finished its batch, exited 0
+    running = [r for r in StreamDagRun.started if r.dag_id.endswith("primary_to_backup")][-1]
+    assert "state=success" in running.wait(120)
     assert lifecycle.requested(dr.cfg, dr.cfg.flow("primary->backup")).state == lifecycle.STOPPED
     assert lifecycle.requested(dr.cfg, dr.cfg.flow("backup->primary")).state == lifecycle.RUNNING
     on_backup = _consume(BACKUP, GROUP, [f"primary.{TOPIC}"])
@@ -300,6 +302,14 @@ def test_failback_brings_home_what_was_produced_on_the_backup_and_the_group_resu
     assert not _holders(dr.cfg, "backup->primary")
     assert lifecycle.requested(dr.cfg, dr.cfg.flow("backup->primary")).state == lifecycle.STOPPED
     assert lifecycle.requested(dr.cfg, dr.cfg.flow("primary->backup")).state == lifecycle.RUNNING
+
+
+def test_the_control_dag_reports_health_and_fails_when_a_flow_requested_running_has_no_stream(
+        dr: Deployment) -> None:
+    state, tasks, _ = _run_dag(dr, "mirrorflow_control__backup_to_primary", {"action": "health"})
+    assert state == "success"  # stopped by the failback, as requested
+    state, tasks, _ = _run_dag(dr, "mirrorflow_control__primary_to_backup", {"action": "health"})
+    assert state == "failed" and tasks["act"] == "failed"  # requested running by the failback, not launched here
 
 
 # -- unplanned failover -------------------------------------------------------------------------------
