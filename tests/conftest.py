@@ -117,3 +117,13 @@ def deployment(config_path: Path) -> Iterator[Any]:
             del os.environ["MIRRORFLOW_CONFIG"]
         else:
             os.environ["MIRRORFLOW_CONFIG"] = saved
+
+
+@contextlib.contextmanager
+def own_broker(cfg: config.MirrorConfig, alias: str) -> Iterator[None]:
+    """A broker for one test module (a cluster it may stop), removed with its data afterwards."""
+    local.up(cfg, [alias])
+    try:
+        yield
+    finally:
+        local.down(cfg, [alias], purge=True)

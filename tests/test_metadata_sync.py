@@ -30,8 +30,8 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from conftest import PORTS, clusters_text, deployment
-from mirrorflow import admin_sync, clients, config, drift, local
+from conftest import PORTS, clusters_text, deployment, own_broker
+from mirrorflow import admin_sync, clients, config, drift
 from mirrorflow.drift import AddPartitions, CreateAcl, CreateTopic, DeleteConfig, Notice, SetConfig
 from streams import create_topic
 
@@ -58,11 +58,8 @@ def clusters(local_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempP
     path = tmp_path_factory.mktemp("metadata") / "sync.properties"
     path.write_text(_config_text())
     cfg = config.load(path)
-    local.up(cfg, ["delta"])
-    try:
+    with own_broker(cfg, "delta"):
         yield cfg, path
-    finally:
-        local.down(cfg, ["delta"], purge=True)
 
 
 def _admin(cfg: config.MirrorConfig, alias: str) -> AdminClient:

@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from conftest import PORTS, deployment
+from conftest import PORTS, deployment, own_broker
 from mirrorflow import checkpoints, clients, config, flow_lease, lifecycle, local, metrics
-from streams import QUIET, StreamProcess, create_topic, producer, read_partition, wait_for
+from streams import QUIET, StreamProcess, create_topic, end_offsets, producer, read_partition, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 PRIMARY = f"127.0.0.1:{PORTS['alpha']}"
@@ -119,16 +119,6 @@ def _lease_members(cfg: config.MirrorConfig, flow: str) -> set[str]:
     return {m.member_id for m in flow_lease.members(admin, flow) if m.assignment.topic_partitions}
 
 
-def _end(bootstrap: str, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-ends", **QUIET})
-    try:
-        return int(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[1])
-    except KafkaException:  # not created yet
-        return -1
-    finally:
-        c.close()
-
-
 def _consume(bootstrap: str, group: str, topics: list[str], limit: dict[tuple[str, int], int] | None = None,
              partitions: int = PARTITIONS) -> list[bytes]:
     """Resume `group` on these topics from its committed offsets, read to the end (or `limit` records per
@@ -146,8 +136,9 @@ def _consume(bootstrap: str, group: str, topics: list[str], limit: dict[tuple[st
                     raise
                 time.sleep(1)
         values: list[bytes] = []
+        ends = {topic: end_offsets(bootstrap, topic) for topic in topics}
         for (topic, p), offset in committed.items():
-            end = _end(bootstrap, topic, p)
+            end = ends[topic][p]
             start = offset if offset >= 0 else 0
             stop = min(end, start + limit.get((topic, p), end)) if limit else end
             if stop <= start:
@@ -197,7 +188,7 @@ def test_the_stream_dag_launches_the_flow_with_spark_submit_restarts_it_when_kil
     lifecycle.start(dr.cfg, dr.cfg.flow("primary->backup"), "test")
     first = StreamDagRun(dr, "primary->backup")
     wait_for(lambda: bool(_holders(dr.cfg, "primary->backup")), 180, "the stream DAG's stream to hold the lease")
-    wait_for(lambda: all(_end(BACKUP, f"primary.{TOPIC}", p) == PER_PARTITION for p in range(PARTITIONS)), 120,
+    wait_for(lambda: end_offsets(BACKUP, f"primary.{TOPIC}") == [PER_PARTITION] * PARTITIONS, 120,
              "the records mirrored")
     assert "Spark-Submit cmd: spark-submit --master local[2]" in first.output()
 
@@ -322,11 +313,8 @@ def lost(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPath
     path.write_text(_config("primary, backup, spare, lost",
                             f"lost.bootstrap.servers = 127.0.0.1:{LOST_PORT}\nlost->backup.enabled = true\n"))
     cfg = config.load(path)
-    local.up(cfg, ["lost"])
-    try:
+    with own_broker(cfg, "lost"):
         yield path, cfg
-    finally:
-        local.down(cfg, ["lost"], purge=True)
 
 
 def test_unplanned_failover_with_the_source_down_commits_the_newest_checkpoints_and_reports_the_rpo(
@@ -341,7 +329,7 @@ def test_unplanned_failover_with_the_source_down_commits_the_newest_checkpoints_
     consumed = _consume(bootstrap, "dr-lost", ["dr.lost"], limit={("dr.lost", 0): 40, ("dr.lost", 1): 60}, partitions=2)
     stream = StreamProcess(path, "lost->backup", dr.work / "lost-stream")
     stream.start()
-    wait_for(lambda: all(_end(BACKUP, "lost.dr.lost", q) == 150 for q in range(2)), 240, "dr.lost mirrored", stream)
+    wait_for(lambda: end_offsets(BACKUP, "lost.dr.lost") == [150, 150], 240, "dr.lost mirrored", stream)
     flow = cfg.flow("lost->backup")
     checkpoints.run_round(cfg, flow)
     wait_for(lambda: (metrics.read_status(metrics.status_file(flow)) or {}).get("record-count", 0) == 300, 60,

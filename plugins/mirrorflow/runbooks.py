@@ -283,10 +283,10 @@ def move_groups(cfg: MirrorConfig, rb: Runbook, groups: Sequence[str]) -> dict[s
         raise OperationalError(f"{rb.title}: consumer groups active on {rb.target}, nothing committed: "
                                f"{', '.join(active)}")
     offsets = GroupOffsets(cfg, flow)
-    if rb.mode == PLANNED:
-        if not rb.dry_run:
-            checkpoints.run_round(cfg, flow)  # the final round: every group's checkpoint is current
+    if rb.mode == PLANNED and rb.dry_run:
         translations = {g: offsets.translate(g, offsets.committed(g)) for g in groups}
+    elif rb.mode == PLANNED:  # the final round: every group's checkpoint is current, and these are its offsets
+        translations = {r.group: r.partitions for r in checkpoints.run_round(cfg, flow)}
     else:
         translations = _from_checkpoints(cfg, flow, groups)
     moved = []

@@ -73,7 +73,6 @@ def stream_launch(config_path: Path, flow_name: str) -> str:
     launch, why = lifecycle.launch_decision(cfg, flow)
     log.info("%s", why)
     if not launch:
-        log.info("%s", lifecycle.health(cfg, flow, with_lag=False).line())
         return ""
     return ",".join(str(j) for j in spark_session.kafka_jars())
 
