@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from mirrorflow.cli import PLANNED
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -61,14 +60,26 @@ def test_usage_errors_exit_2() -> None:
 
 def test_every_command_has_help() -> None:
     for command in ["validate", "local", "mm1", "stream", "status", "checkpoint", "translate", "plan", "sync",
-                    "topology", "health", "start", "stop", "failover", "failback", "airflow", *PLANNED]:
+                    "topology", "health", "start", "stop", "failover", "failback", "airflow", "audit", "backfill"]:
         r = run(command, "--help")
         assert r.returncode == 0 and "usage: mirrorflow" in r.stdout, command
 
 
-def test_a_command_not_built_yet_says_so_and_exits_1() -> None:
-    r = run("audit", "--flow", "primary->backup")
-    assert r.returncode == 1 and "not available" in r.stderr and "Traceback" not in r.stderr
+def test_batch_ranges_that_cannot_be_read_exit_2_in_one_line() -> None:
+    for args, says in [(("--from-time", "yesterday"), "neither epoch milliseconds nor ISO 8601"),
+                       (("--from-offsets", '{"orders": {"0": -1}}'), "offset >= 0 (or -2 for the earliest)"),
+                       (("--from-offsets", "[1]"), 'must be an object like {"orders"'),
+                       ((), "one of the arguments --from-offsets --from-time is required")]:
+        r = run("backfill", "--flow", "primary->backup", *args)
+        assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+
+
+def test_audit_of_a_flow_without_provenance_headers_is_refused_before_reading(tmp_path: Path) -> None:
+    cfg = tmp_path / "bare.properties"
+    cfg.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:1\n"
+                   "a->b.enabled = true\na->b.mirrorflow.provenance.header.enabled = false\n")
+    r = run("--config", str(cfg), "audit", "--flow", "a->b")
+    assert r.returncode == 2 and "provenance header" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
 
 
 def test_clusters_selection_unknown_alias_exits_2() -> None:

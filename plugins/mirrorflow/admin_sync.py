@@ -11,7 +11,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -70,6 +70,23 @@ def partition_counts(admin: AdminClient, cluster: str) -> tuple[dict[str, int], 
     """(topic -> partition count, broker count) of a cluster."""
     md = _metadata(admin, cluster)
     return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}, len(md.brokers)
+
+
+def offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]], spec: Any,
+            isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
+    """Each partition's offset for `spec` (earliest, latest, or the first at or after a timestamp)."""
+    if not partitions:
+        return {}
+    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions}, isolation_level=isolation,
+                                 request_timeout=TIMEOUT_S)
+    out = {}
+    for tp, future in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = future.result(timeout=TIMEOUT_S).offset
+        except KafkaException as exc:
+            raise OperationalError(f"cannot read the offsets of {tp.topic}-{tp.partition} on {alias}: "
+                                   f"{exc.args[0].str()}") from None
+    return out
 
 
 def _metadata(admin: AdminClient, cluster: str) -> Any:

@@ -18,13 +18,6 @@ from mirrorflow.errors import MirrorflowError
 
 DEFAULT_CONFIG = "include/mirrorflow.properties"
 
-# Commands whose behaviour later work fills in; each names what it will do.
-PLANNED: dict[str, str] = {
-    "audit": "prove by content that a flow's target holds every source record",
-    "backfill": "copy a bounded range of a flow with the stream's fidelity",
-}
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}\n")
@@ -191,12 +184,52 @@ def build_parser() -> argparse.ArgumentParser:
         _add_json(p)
         p.set_defaults(run=cmd_runbook)
 
-    for name, text in PLANNED.items():
-        p = sub.add_parser(name, help=text, description=text)
-        p.add_argument("--flow", metavar="SOURCE->TARGET", help="one flow (default: every enabled flow)")
-        _add_json(p)
-        p.set_defaults(run=cmd_planned)
+    p = sub.add_parser("audit", help="prove by content that a flow's target holds every source record of a range "
+                       "(Spark batch job; exit 1 when anything is missing or differs)")
+    p.add_argument("--flow", required=True, metavar="A->B")
+    _add_range(p)
+    p.set_defaults(run=cmd_audit)
+
+    p = sub.add_parser("backfill", help="copy a bounded range of a flow once, with the stream's fidelity (Spark "
+                       "batch job; skips what the target holds)")
+    p.add_argument("--flow", required=True, metavar="A->B")
+    start = p.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-offsets", metavar="JSON", type=_offsets_arg,
+                       help='where to start, per partition: {"orders": {"0": 10, "1": -2}} (-2: the earliest)')
+    _add_range(p, start)
+    p.add_argument("--pause", action="store_true",
+                   help="stop the flow's running stream for the backfill and ask it to run again after")
+    p.set_defaults(run=cmd_backfill)
     return parser
+
+
+def _offsets_arg(text: str) -> dict[str, dict[int, int]]:
+    from mirrorflow import ranges
+    from mirrorflow.errors import ConfigError
+
+    try:
+        return ranges.parse_offsets(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--from-offsets: ")) from None
+
+
+def _time_arg(text: str) -> int:
+    from mirrorflow import ranges
+    from mirrorflow.errors import ConfigError
+
+    try:
+        return ranges.parse_time(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_range(p: argparse.ArgumentParser, start: Any = None) -> None:
+    (start or p).add_argument("--from-time", metavar="T", type=_time_arg,
+                              help="the first record's time: ISO 8601 (UTC if no zone) or epoch ms")
+    p.add_argument("--to-time", metavar="T", type=_time_arg, help="stop before records at or after T (default: now)")
+    p.add_argument("--topics", metavar="REGEX", help="only source topics matching REGEX (default: the flow's)")
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    _add_json(p)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -526,8 +559,28 @@ def cmd_runbook(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_planned(args: argparse.Namespace) -> int:
-    raise MirrorflowError(f"'{args.command}' is not available in this version of mirrorflow yet")
+def cmd_audit(args: argparse.Namespace) -> int:
+    from mirrorflow import audit
+    from mirrorflow.ranges import Window
+
+    cfg = load_config(args)
+    report = audit.run(cfg, args.flow, topics=args.topics, window=Window(args.from_time, args.to_time),
+                       master=args.master)
+    _print(report.as_dict(), args.json, report.table())
+    return 0 if report.complete else 1
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from mirrorflow import backfill
+    from mirrorflow.ranges import Window
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    cfg = load_config(args)
+    report = backfill.run(cfg, args.flow, topics=args.topics, window=Window(args.from_time, args.to_time),
+                          from_offsets=args.from_offsets, pause=args.pause, master=args.master)
+    _print(report.as_dict(), args.json, report.table())
+    return 0
 
 
 if __name__ == "__main__":

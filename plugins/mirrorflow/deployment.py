@@ -91,6 +91,18 @@ def dag_id(kind: str, flow: Flow) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"mirrorflow_{kind}__{flow.source}_to_{flow.target}")
 
 
+def spark_master() -> str:
+    """The Spark master batch tasks run their driver against: the host of `mirrorflow_spark`, else local."""
+    from airflow.exceptions import AirflowNotFoundException
+    from airflow.sdk import Connection
+    from airflow.sdk.exceptions import AirflowRuntimeError
+
+    try:
+        return Connection.get(SPARK_CONNECTION).host or "local[*]"
+    except (AirflowRuntimeError, AirflowNotFoundException):
+        return "local[*]"
+
+
 def sync_interval(flow: Flow) -> int:
     """The metadata sync DAG's period: the shortest interval among the enabled parts (topics always are)."""
     intervals = [flow.number("refresh.topics.interval.seconds")]

@@ -66,6 +66,7 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("consumer.poll.timeout.ms", "int", "1000"),
     Key("admin.timeout.ms", "int", "60000"),
     Key("mirrorflow.provenance.header.enabled", "bool", "true"),
+    Key("mirrorflow.audit.schedule", "str", "0 * * * *"),
 )
 
 # Keys valid at top level only.

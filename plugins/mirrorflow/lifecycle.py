@@ -191,22 +191,6 @@ class FlowHealth:
                 "behind": [{"topic": b.topic, "partition": b.partition, "records": b.records} for b in self.behind()]}
 
 
-def _offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]], spec: Any,
-             isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
-    if not partitions:
-        return {}
-    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions}, isolation_level=isolation,
-                                 request_timeout=admin_sync.TIMEOUT_S)
-    out = {}
-    for tp, future in futures.items():
-        try:
-            out[(tp.topic, tp.partition)] = future.result(timeout=admin_sync.TIMEOUT_S).offset
-        except KafkaException as exc:
-            raise OperationalError(f"cannot read the offsets of {tp.topic}-{tp.partition} on {alias}: "
-                                   f"{exc.args[0].str()}") from None
-    return out
-
-
 def lags(cfg: MirrorConfig, flow: Flow) -> list[PartitionLag]:
     """Per replicated source partition (heartbeats topics aside): its end and what the flow has mirrored of it."""
     source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
@@ -215,9 +199,9 @@ def lags(cfg: MirrorConfig, flow: Flow) -> list[PartitionLag]:
     partitions = [(t, p) for t, n in sorted(counts.items())
                   if selection.replicates(flow, t) and not is_heartbeats_topic(flow.policy, t) for p in range(n)]
     committed = source.client_config("consumer").get("isolation.level", "").strip().lower() == "read_committed"
-    ends = _offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
-                    IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
-    starts = _offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    ends = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
+                              IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
+    starts = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     positions, _ = offset_syncs.read(clients.settings(target, "consumer"),
                                      offset_syncs.topic_name(flow.source, flow.policy.separator))
     mirrored = {tp: max(positions[tp].upstream_next if tp in positions else 0, starts[tp]) for tp in partitions}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,41 @@ def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict
         raise OperationalError(f"flow {flow.name} should run but no stream holds its lease: "
                                f"see DAG {deployment.dag_id('stream', flow)}")
     return found.as_dict()
+
+
+# -- batch: audit and backfill ---------------------------------------------------------------------
+
+def audit_window(config_path: Path, flow_name: str, start: datetime, end: datetime, master: str) -> dict[str, Any]:
+    """Audit the flow's records with timestamps in [start, end); the report, complete or not (see `require_complete`)."""
+    from mirrorflow import audit, ranges
+
+    cfg = _load(config_path)
+    window = ranges.Window(int(start.timestamp() * 1000), int(end.timestamp() * 1000))
+    report = audit.run(cfg, flow_name, window=window, master=master)
+    log.info("\n%s", report.table())
+    return report.as_dict()
+
+
+def require_complete(report: Mapping[str, Any]) -> None:
+    if not report["complete"]:
+        raise OperationalError(report["summary"])
+
+
+def backfill(config_path: Path, params: Mapping[str, Any], master: str) -> dict[str, Any]:
+    """The backfill a trigger form asked for: flow, from_offsets (JSON) or from_time, to_time, topics, pause."""
+    from mirrorflow import backfill as job
+    from mirrorflow import ranges
+
+    cfg = _load(config_path)
+    offsets = str(params.get("from_offsets") or "").strip()
+    start, end = str(params.get("from_time") or "").strip(), str(params.get("to_time") or "").strip()
+    window = ranges.Window(ranges.parse_time(start, "from_time") if start else None,
+                           ranges.parse_time(end, "to_time") if end else None)
+    report = job.run(cfg, str(params["flow"]), topics=str(params.get("topics") or "").strip() or None, window=window,
+                     from_offsets=ranges.parse_offsets(offsets) if offsets else None,
+                     pause=bool(params.get("pause")), master=master)
+    log.info("\n%s", report.table())
+    return report.as_dict()
 
 
 # -- DR runbooks ------------------------------------------------------------------------------------

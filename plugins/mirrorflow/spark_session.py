@@ -11,11 +11,24 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from mirrorflow import local, maven
+from mirrorflow.config import Cluster
+
+# Options Spark's Kafka source refuses or owns; a cluster's consumer settings pass on without them.
+_SPARK_OWNED = {"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
+                "enable.auto.commit", "interceptor.classes", "group.instance.id"}
 
 
 def kafka_jars() -> list[Path]:
     """Spark's Kafka connector and what it needs beyond PySpark's own jars (fetched once with Maven)."""
     return maven.jars(maven.fetch("spark-kafka", maven.SPARK_KAFKA, local.jar_cache()), maven.SPARK_KAFKA_JARS)
+
+
+def kafka_options(cluster: Cluster, **overrides: str) -> dict[str, str]:
+    """Spark Kafka source options reaching `cluster` with its consumer settings (`kafka.` prefixed)."""
+    java = cluster.client_config("consumer")
+    options = {f"kafka.{k}": v for k, v in java.items() if k not in _SPARK_OWNED}
+    options.update({f"kafka.{k}": v for k, v in overrides.items()})
+    return options
 
 
 def under_spark_submit() -> bool:

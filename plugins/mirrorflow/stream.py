@@ -40,9 +40,6 @@ from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, Write
 
 log = logging.getLogger(__name__)
 
-# Options Spark's Kafka source refuses or owns; the flow's consumer settings pass on without them.
-_SPARK_OWNED = {"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
-                "enable.auto.commit", "interceptor.classes", "group.instance.id"}
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
 _LEASE_REGAINED = "lease regained"
 
@@ -247,7 +244,7 @@ class _Driver:
 
     def _source_options(self) -> dict[str, str]:
         java = self.source.client_config("consumer")
-        options = {f"kafka.{k}": v for k, v in java.items() if k not in _SPARK_OWNED}
+        options = spark_session.kafka_options(self.source)
         options.update({
             "subscribePattern": self.pattern,
             "includeHeaders": "true",

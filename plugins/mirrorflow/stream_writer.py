@@ -66,6 +66,9 @@ class WriterSpec:
     syncs_topic: str
     provenance: bool
     exactly_once: bool
+    # Partitions written out of order (a backfill repairing a gap below the flow's position): their records
+    # are appended after later ones, so they get no offset syncs, which must stay monotonic for translation.
+    unsynced: frozenset[TopicPartition] = frozenset()
 
 
 class MirrorError(Exception):
@@ -161,7 +164,8 @@ class _PartitionWrite:
         self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
         self.failures: list[tuple[KafkaError, int, int]] = []  # (error, record size, index in write order)
         if spec.exactly_once:
-            self.mirrored = max(self.mirrored, _committed_position(spec, tp))
+            if tp not in spec.unsynced:
+                self.mirrored = max(self.mirrored, _committed_position(spec, tp))
             self.producer = _transactional_producer(spec, tp)
             self.producer.begin_transaction()
         else:
@@ -228,7 +232,8 @@ class _PartitionWrite:
         if len(self.acked) != len(self.written):
             raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {len(self.written) - len(self.acked)} "
                               "records have no delivery report after flush")
-        _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)))
+        if tp not in spec.unsynced:
+            _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)))
         if spec.exactly_once:
             producer.commit_transaction()  # flushes the syncs with the records
         elif not flushed:
