@@ -7,6 +7,7 @@ value and a changed header; its offset syncs position says the flow has read it,
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from typing import Any
 
 import pytest
 from conftest import PORTS, REPO, deployment
-from mirrorflow import audit, backfill, config, offset_syncs
+from confluent_kafka.admin import AdminClient
+from mirrorflow import admin_sync, audit, backfill, config, offset_syncs
 from mirrorflow.offset_syncs import Position
 from mirrorflow.provenance import HEADER, Provenance
 from mirrorflow.ranges import Window
@@ -70,7 +72,11 @@ def _mirror_by_hand(topic: str, partitions: int, copies: dict[int, list[tuple[in
     """Write the remote topic as the stream would (records, then the positions), from (source offset, record) pairs."""
     remote = f"quarry.{topic}"
     create_topic(BETA, remote, partitions)
-    p = producer(BETA)
+    syncs = offset_syncs.topic_name("quarry")
+    admin_sync.ensure_internal_topic(AdminClient({"bootstrap.servers": BETA}), "depot", syncs, 1,
+                                     {"cleanup.policy": "compact"})
+    failed: list[Any] = []
+    p = producer(BETA, on_delivery=lambda err, _msg: failed.append(err) if err else None)
     for part, pairs in copies.items():
         for offset, r in pairs:
             hop = (HEADER, Provenance("quarry", topic, part, offset).encode())
@@ -78,25 +84,30 @@ def _mirror_by_hand(topic: str, partitions: int, copies: dict[int, list[tuple[in
                       timestamp=r["timestamp"])
     for part, upstream_next in read_to.items():
         position = Position(topic, part, upstream_next, -1)
-        p.produce(offset_syncs.topic_name("quarry"), position.value(), position.key(), partition=0)
-    assert p.flush(30) == 0
+        p.produce(syncs, position.value(), position.key(), partition=0)
+    assert p.flush(30) == 0 and not failed, failed
 
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
 
-def _dag_audit(cfg_path: Path, window_end: datetime) -> tuple[str, dict[str, Any]]:
-    """Run the flow's audit DAG (dag.test) for the hour ending at `window_end`: its state and its report XCom."""
+def _dag_run(cfg_path: Path, dag_id: str, key: str, **test_args: Any) -> tuple[str, dict[str, Any]]:
+    """Run a DAG (dag.test) in this process: its state and the XCom `key` of its one task."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
     with deployment(cfg_path) as bag:
-        dag = bag.dags["mirrorflow_audit__quarry_to_depot"]
-        run = dag.test(logical_date=window_end)
+        dag = bag.dags[dag_id]
+        run = dag.test(**test_args)
     with create_session() as session:
-        row = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id, key="report").one()
-        return str(run.state), row.value if isinstance(row.value, dict) else __import__("json").loads(row.value)
+        row = session.query(XComModel).filter_by(dag_id=dag.dag_id, run_id=run.run_id, key=key).one()
+        return str(run.state), row.value if isinstance(row.value, dict) else json.loads(row.value)
+
+
+def _dag_audit(cfg_path: Path, window_end: datetime) -> tuple[str, dict[str, Any]]:
+    """The flow's hourly audit DAG, run for the hour ending at `window_end`: its state and its report."""
+    return _dag_run(cfg_path, "mirrorflow_audit__quarry_to_depot", "report", logical_date=window_end)
 
 
 def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_stream_continues_after_it(
@@ -134,3 +145,94 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
     for part in range(3):
         offsets = [Provenance.parse(dict(m.headers())[HEADER]).offset for m in read_partition(BETA, "quarry.bf.seed", part)]
         assert offsets == list(range(110)), part
+
+
+def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_broken_mirror(
+        cfg_path: Path, spark: Any, airflow_home: Path) -> None:
+    window_start = HOUR + timedelta(hours=1)
+    source = _produce_source("bf.broken", 2, 60, _ms(window_start))
+    zero = [(o, r) for o, r in enumerate(source[0]) if not 10 <= o <= 19]  # offsets 10-19 dropped
+    at = next(i for i, (o, _) in enumerate(zero) if o == 35)
+    zero[at:at] = [(o, source[0][o]) for o in range(30, 35)]  # offsets 30-34 written twice
+    at = next(i for i, (o, _) in enumerate(zero) if o == 40)
+    zero[at] = (40, {**source[0][40], "value": b"changed"})
+    one = [(o, r) for o, r in enumerate(source[1][:50])]  # the flow has read 50 of 60: 50-59 are behind
+    one[7] = (7, {**source[1][7], "headers": [("trace", b"changed"), ("empty", None)]})
+    _mirror_by_hand("bf.broken", 2, {0: zero, 1: one}, {0: 60, 1: 50})
+
+    done = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg_path), "audit", "--flow", FLOW,
+                           "--topics", r"bf\.broken", "--master", "local[2]"],
+                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    print("\n$ mirrorflow audit --flow quarry->depot --topics 'bf\\.broken'\n" + done.stdout)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "INCOMPLETE: 10 missing (bf.broken-0 10-19); 2 differ (bf.broken-0@40 value, bf.broken-1@7 headers); " \
+           "5 duplicated (bf.broken-0 30-34); 10 not yet mirrored" in done.stdout, done.stdout
+
+    report = audit.run(config.load(cfg_path), FLOW, topics=r"bf\.broken", spark=spark)
+    p0, p1 = report.partitions
+    assert (p0.source_records, p0.mirrored_records, p0.copies) == (60, 50, 55)
+    assert (p0.missing, p0.missing_ranges, p0.duplicated, p0.duplicated_ranges) == (10, ((10, 19),), 5, ((30, 34),))
+    assert [(d.offset, d.fields) for d in p0.differences] == [(40, ("value",))]
+    assert (p1.missing, p1.duplicated, p1.behind, p1.behind_from) == (0, 0, 10, 50)
+    assert [(d.offset, d.fields, d.at) for d in p1.differences] == [(7, ("headers",), "quarry.bf.broken-1@7")]
+
+    # The hourly DAG over the records' hour fails, and its report names the same offsets.
+    state, xcom = _dag_audit(cfg_path, window_start + timedelta(hours=1))
+    assert state == "failed" and not xcom["complete"]
+    assert xcom["missing"] == 10 and xcom["differing"] == 2 and xcom["duplicated"] == 5 and xcom["behind"] == 10
+    assert xcom["partitions"][0]["missing_ranges"] == [[10, 19]], xcom["partitions"][0]
+
+
+def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
+        cfg_path: Path, spark: Any, airflow_home: Path) -> None:
+    cfg = config.load(cfg_path)
+    window_start = HOUR + timedelta(hours=2)
+    source = _produce_source("bf.gap", 2, 40, _ms(window_start))
+    copies = {0: [(o, r) for o, r in enumerate(source[0]) if not 5 <= o <= 9],
+              1: [(o, r) for o, r in enumerate(source[1]) if o not in (0, 39)]}
+    _mirror_by_hand("bf.gap", 2, copies, {0: 40, 1: 40})
+    found = audit.run(cfg, FLOW, window=Window(_ms(window_start), _ms(window_start + timedelta(hours=1))), spark=spark)
+    assert [(p.name, p.missing_ranges) for p in found.partitions if p.missing] == \
+           [("bf.gap-0", ((5, 9),)), ("bf.gap-1", ((0, 0), (39, 39)))]
+
+    # The person on call fills in the backfill DAG's form with what the audit named.
+    state, repaired = _dag_run(cfg_path, "mirrorflow_backfill", "return_value", run_conf={
+        "flow": FLOW, "topics": r"bf\.gap", "from_offsets": '{"bf.gap": {"0": 5, "1": 0}}'})
+    print("\n" + repaired["summary"])
+    assert state == "success" and repaired["written"] == 7
+    # Below the flow's position only, and without offset syncs (the repaired records come after later ones).
+    assert [(p["mode"], p["start"], p["end"]) for p in repaired["partitions"]] == [("repair", 5, 40), ("repair", 0, 40)]
+    positions, runs = offset_syncs.read_all({"bootstrap.servers": BETA}, offset_syncs.topic_name("quarry"))
+    assert not runs.get(("bf.gap", 0)) and positions[("bf.gap", 0)].upstream_next == 40
+
+    state, xcom = _dag_audit(cfg_path, window_start + timedelta(hours=1))
+    print(xcom["summary"])
+    assert state == "success" and xcom["complete"] and xcom["source_records"] == 80 and xcom["mirrored_records"] == 80
+
+
+def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: Path, spark: Any,
+                                                                     tmp_path: Path) -> None:
+    from mirrorflow import clients, flow_lease, lifecycle
+    from mirrorflow.errors import OperationalError
+
+    cfg = config.load(cfg_path)
+    flow = cfg.flow(FLOW)
+    _produce_source("bf.pause", 1, 20, _ms(HOUR))
+    lifecycle.start(cfg, flow, "test")
+    stream = StreamProcess(cfg_path, FLOW, tmp_path / "stream")
+    stream.start()
+    try:
+        admin = clients.admin(cfg.cluster("depot"))
+        wait_for(lambda: bool(flow_lease.holders(admin, FLOW)), 120, "the stream to hold its lease", stream)
+        with pytest.raises(OperationalError, match=r"is running .*: a backfill writes only while the stream is "
+                                                   r"stopped; stop it \(mirrorflow stop --flow quarry->depot\)"):
+            backfill.run(cfg, FLOW, topics=r"bf\.pause", from_offsets={"bf.pause": {0: 0}}, spark=spark)
+        report = backfill.run(cfg, FLOW, topics=r"bf\.pause", from_offsets={"bf.pause": {0: 0}}, pause=True,
+                              spark=spark)
+        assert report.paused and stream.proc is not None and stream.proc.wait(120) == 0  # it stopped cleanly
+        assert lifecycle.requested(cfg, flow).state == lifecycle.RUNNING  # and is asked to run again
+        # Whatever the stream had mirrored, the backfill added only what was missing: every record once.
+        mirrored = [Provenance.parse(dict(m.headers())[HEADER]).offset for m in read_partition(BETA, "quarry.bf.pause", 0)]
+        assert sorted(mirrored) == list(range(20)), report.table()
+    finally:
+        stream.stop()

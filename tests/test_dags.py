@@ -63,3 +63,23 @@ def test_the_runbook_forms_say_what_each_field_means(airflow_home: Path, cluster
     assert failover.get_param("source").schema["examples"] == ["alpha", "beta", "gamma"]
     assert [t.task_id for t in bag.dags["mirrorflow_failover"].topological_sort()] == [
         "preflight", "needs_approval", "approval", "drain", "move_groups", "switch_flows", "report"]
+
+
+def test_each_flow_is_audited_over_the_hour_that_just_closed_and_the_backfill_form_is_described(
+        airflow_home: Path, clusters_file: Path) -> None:
+    import pendulum
+
+    with deployment(clusters_file) as bag:
+        pass
+    audits = sorted(d for d in bag.dags if d.startswith("mirrorflow_audit__"))
+    assert audits == ["mirrorflow_audit__alpha_to_beta", "mirrorflow_audit__alpha_to_gamma",
+                      "mirrorflow_audit__beta_to_alpha"]
+    dag = bag.dags["mirrorflow_audit__alpha_to_beta"]
+    interval = dag.timetable.infer_manual_data_interval(run_after=pendulum.datetime(2026, 11, 21, 10, 20))
+    assert (interval.start, interval.end) == (pendulum.datetime(2026, 11, 21, 9), pendulum.datetime(2026, 11, 21, 10))
+    assert not dag.catchup and dag.max_active_runs == 1
+    form = bag.dags["mirrorflow_backfill"].params
+    assert set(form) == {"flow", "from_offsets", "from_time", "to_time", "topics", "pause"}
+    for name in form:
+        assert form.get_param(name).schema.get("title") and form.get_param(name).description, name
+    assert form.get_param("flow").schema["examples"] == ["alpha->beta", "beta->alpha", "alpha->gamma"]

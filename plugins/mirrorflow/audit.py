@@ -175,7 +175,7 @@ class AuditReport:
         for name in ("source_records", "mirrored_records", "missing", "duplicated", "differing", "behind",
                      "unexpected"):
             out[name] = self.total(name)
-        return out
+        return json.loads(json.dumps(out))  # tuples as lists: what a JSON reader (and an XCom) gets back
 
 
 def _span(r: Sequence[int]) -> str:

@@ -18,6 +18,7 @@ Hand-over with the stream, enforced rather than advised:
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 import time
@@ -84,7 +85,7 @@ class BackfillReport:
         return "\n".join([*lines, "", self.summary()])
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "written": self.written, "summary": self.summary()}
+        return json.loads(json.dumps({**asdict(self), "written": self.written, "summary": self.summary()}))
 
 
 def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = Window(),

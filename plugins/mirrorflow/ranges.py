@@ -174,9 +174,13 @@ def _named(flow: Flow, counts: Mapping[str, int], partitions: Sequence[tuple[str
     for topic, parts in sorted(from_offsets.items()):
         for p in sorted(parts):
             if (topic, p) not in covered:
-                why = (f"has {counts[topic]} partitions" if topic in counts and selection.replicates(flow, topic)
-                       else "is not a topic the flow replicates (or --topics excludes it)")
-                raise ConfigError(f"--from-offsets: {topic} partition {p}: {flow.source} topic {topic} {why}")
+                if topic not in counts:
+                    why = f"no topic {topic} on {flow.source}"
+                elif selection.replicates(flow, topic) and p >= counts[topic]:
+                    why = f"{flow.source} topic {topic} has {counts[topic]} partitions"
+                else:
+                    why = f"{flow.source} topic {topic} is not replicated by the flow (or --topics excludes it)"
+                raise ConfigError(f"--from-offsets: {topic} partition {p}: {why}")
             out.append((topic, p))
     return out
 
