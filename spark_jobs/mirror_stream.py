@@ -7,17 +7,7 @@ Takes the arguments of `mirrorflow stream`, plus the global --config; master and
 
 import sys
 
-from mirrorflow.cli import main
-
-
-def _argv(args: list[str]) -> list[str]:
-    front: list[str] = []
-    while "--config" in args:
-        at = args.index("--config")
-        front += args[at:at + 2]
-        args = args[:at] + args[at + 2:]
-    return [*front, "stream", *args]
-
+from mirrorflow.cli import spark_submit_main
 
 if __name__ == "__main__":
-    sys.exit(main(_argv(sys.argv[1:])))
+    sys.exit(spark_submit_main("stream", sys.argv[1:]))

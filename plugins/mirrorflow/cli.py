@@ -250,6 +250,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def spark_submit_main(command: str, argv: Sequence[str]) -> int:
+    """A spark_jobs/ entry point: `command`'s arguments plus the global --config, wherever it is given."""
+    args, front = list(argv), []
+    while "--config" in args:
+        at = args.index("--config")
+        front += args[at:at + 2]
+        args = args[:at] + args[at + 2:]
+    return main([*front, command, *args])
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
