@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import PORTS, REPO, deployment
 from confluent_kafka.admin import AdminClient
+from conftest import PORTS, REPO, deployment
 from mirrorflow import admin_sync, audit, backfill, config, offset_syncs
 from mirrorflow.offset_syncs import Position
 from mirrorflow.provenance import HEADER, Provenance
@@ -89,6 +89,11 @@ def _mirror_by_hand(topic: str, partitions: int, copies: dict[int, list[tuple[in
     assert p.flush(30) == 0 and not failed, failed
 
 
+def _origins(remote: str, partition: int) -> list[int]:
+    """The source offsets a remote partition's records carry, in target order."""
+    return [Provenance.parse(dict(m.headers())[HEADER]).offset for m in read_partition(BETA, remote, partition)]
+
+
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
 
@@ -133,7 +138,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
     assert second["written"] == 0 and [p["mode"] for p in second["partitions"]] == ["repair"] * 3, second
     for part in range(3):
         copies = read_partition(BETA, "quarry.bf.seed", part)
-        assert [Provenance.parse(dict(m.headers())[HEADER]).offset for m in copies] == list(range(100))
+        assert _origins("quarry.bf.seed", part) == list(range(100))
         for m, r in zip(copies, source[part], strict=True):
             assert (m.key(), m.value(), m.timestamp()[1], m.partition()) == (r["key"], r["value"], r["timestamp"], part)
             assert [h for h in m.headers() if h[0] != HEADER] == (r["headers"] or [])
@@ -155,8 +160,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
     finally:
         assert stream.stop() == 0, stream.output()[-3000:]
     for part in range(3):
-        offsets = [Provenance.parse(dict(m.headers())[HEADER]).offset for m in read_partition(BETA, "quarry.bf.seed", part)]
-        assert offsets == list(range(110)), part
+        assert _origins("quarry.bf.seed", part) == list(range(110)), part
 
 
 def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_broken_mirror(
@@ -244,7 +248,6 @@ def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: P
         assert report.paused and stream.proc is not None and stream.proc.wait(120) == 0  # it stopped cleanly
         assert lifecycle.requested(cfg, flow).state == lifecycle.RUNNING  # and is asked to run again
         # Whatever the stream had mirrored, the backfill added only what was missing: every record once.
-        mirrored = [Provenance.parse(dict(m.headers())[HEADER]).offset for m in read_partition(BETA, "quarry.bf.pause", 0)]
-        assert sorted(mirrored) == list(range(20)), report.table()
+        assert sorted(_origins("quarry.bf.pause", 0)) == list(range(20)), report.table()
     finally:
         stream.stop()

@@ -159,8 +159,8 @@ class AuditReport:
             rows.append((p.name, f"{p.start}-{p.end}", str(p.source_records), str(p.mirrored_records),
                          str(p.missing), str(p.duplicated), str(p.differing), behind, ", ".join(examples)))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) if i in (0, 1, 8) else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-                 .rstrip() for r in rows]
+        lines = ["  ".join(c.ljust(w) if i in (0, 1, 8) else c.rjust(w)
+                           for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
         cost = (f"{self.total('source_records') + self.total('copies') + self.total('unexpected')} records compared "
                 f"in {self.seconds:.1f} s ({self.records_per_s:,.0f} records/s)")
         return "\n".join([*lines, "", self.summary(), cost])
@@ -175,14 +175,15 @@ class AuditReport:
         for name in ("source_records", "mirrored_records", "missing", "duplicated", "differing", "behind",
                      "unexpected"):
             out[name] = self.total(name)
-        return json.loads(json.dumps(out))  # tuples as lists: what a JSON reader (and an XCom) gets back
+        as_json: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as a JSON reader or XCom sees them
+        return as_json
 
 
 def _span(r: Sequence[int]) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
 
 
-def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = Window(),
+def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
         master: str = "local[*]", spark: Any = None) -> AuditReport:
     """Audit one flow over the window (every retained record by default)."""
     flow = cfg.flow(flow_name)
@@ -212,9 +213,9 @@ def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None) -> Partition
         r.topic, r.partition, r.start, r.end, r.remote, r.mirrored,
         source_records=row["source_records"], mirrored_records=row["mirrored_records"], copies=row["copies"],
         unexpected=row["unexpected"], missing=row["missing"],
-        missing_ranges=tuple(tuple(x) for x in json.loads(row["missing_ranges"])),  # type: ignore[misc]
+        missing_ranges=tuple((x[0], x[1]) for x in json.loads(row["missing_ranges"])),
         missing_range_count=row["missing_range_count"], duplicated=row["duplicated"],
-        duplicated_ranges=tuple(tuple(x) for x in json.loads(row["duplicated_ranges"])),  # type: ignore[misc]
+        duplicated_ranges=tuple((x[0], x[1]) for x in json.loads(row["duplicated_ranges"])),
         duplicated_range_count=row["duplicated_range_count"], differing=row["differing"],
         differences=differences, behind=row["behind"])
 

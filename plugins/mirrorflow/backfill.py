@@ -80,15 +80,17 @@ class BackfillReport:
         rows = [("partition", "mode", "range", "written")]
         rows += [(p.name, p.mode, f"{p.start}-{p.end}", str(p.written)) for p in self.partitions]
         widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+        lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
                  for r in rows]
         return "\n".join([*lines, "", self.summary()])
 
     def as_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps({**asdict(self), "written": self.written, "summary": self.summary()}))
+        as_json: dict[str, Any] = json.loads(json.dumps({**asdict(self), "written": self.written,
+                                                         "summary": self.summary()}))
+        return as_json
 
 
-def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = Window(),
+def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
         from_offsets: Mapping[str, Mapping[int, int]] | None = None, pause: bool = False,
         master: str = "local[*]", spark: Any = None) -> BackfillReport:
     """Backfill the requested range of one flow; see the module's contract for the hand-over with the stream."""
@@ -185,8 +187,10 @@ def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], spark: An
     syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
     spec = WriterSpec(
         flow=flow.name, source=flow.source, target=flow.target,
-        producer_settings=clients.settings(target, "producer"), consumer_settings=clients.settings(target, "consumer"),
-        source_admin_settings=clients.settings(source, "admin"), target_admin_settings=clients.settings(target, "admin"),
+        producer_settings=clients.settings(target, "producer"),
+        consumer_settings=clients.settings(target, "consumer"),
+        source_admin_settings=clients.settings(source, "admin"),
+        target_admin_settings=clients.settings(target, "admin"),
         remote={j.topic: j.remote for j in todo}, mirrored={}, ends={(j.topic, j.partition): j.end for j in todo},
         last_runs={}, syncs_topic=syncs_topic, provenance=True, exactly_once=target.exactly_once,
         unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))

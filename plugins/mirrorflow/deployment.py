@@ -93,9 +93,8 @@ def dag_id(kind: str, flow: Flow) -> str:
 
 def spark_master() -> str:
     """The Spark master batch tasks run their driver against: the host of `mirrorflow_spark`, else local."""
-    from airflow.exceptions import AirflowNotFoundException
     from airflow.sdk import Connection
-    from airflow.sdk.exceptions import AirflowRuntimeError
+    from airflow.sdk.exceptions import AirflowNotFoundException, AirflowRuntimeError
 
     try:
         return Connection.get(SPARK_CONNECTION).host or "local[*]"

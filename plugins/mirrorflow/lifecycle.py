@@ -16,11 +16,11 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from mirrorflow import admin_sync, clients, flow_lease, heartbeats, offset_syncs, selection

@@ -50,6 +50,9 @@ class Window:
                f"{_clock(self.to_ms) if self.to_ms is not None else 'now'}"
 
 
+EVERYTHING = Window()
+
+
 @dataclass(frozen=True)
 class SourceRange:
     topic: str
@@ -58,7 +61,8 @@ class SourceRange:
     end: int  # exclusive
     remote: str
     mirrored: int | None  # the flow has read the partition up to here (exclusive); None: never
-    target_floor: int  # no copy of a record in the range lies below this offset of the remote partition; -1: no such partition
+    # No copy of a record in the range lies below this offset of the remote partition; -1: no such partition.
+    target_floor: int
 
     @property
     def name(self) -> str:
@@ -92,7 +96,7 @@ def parse_time(text: str, what: str = "time") -> int:
 
 
 def parse_offsets(text: str) -> dict[str, dict[int, int]]:
-    """`{"topic": {"0": 10, "1": -2}}` (Spark's startingOffsets form; -2 is the earliest) as topic -> partition -> offset."""
+    """`{"topic": {"0": 10, "1": -2}}` (Spark's startingOffsets form, -2: earliest) as topic -> partition -> offset."""
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -111,7 +115,7 @@ def parse_offsets(text: str) -> dict[str, dict[int, int]]:
     return out
 
 
-def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Window = Window(),
+def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Window = EVERYTHING,
          from_offsets: Mapping[str, Mapping[int, int]] | None = None) -> list[SourceRange]:
     """Every range the request covers, sorted by topic and partition. Reads both clusters' offsets and the syncs."""
     source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
@@ -190,7 +194,7 @@ def _at_time(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int
     """The first offset at or after `at_ms` per partition, or `otherwise` (none is, or no time)."""
     if at_ms is None:
         return dict(otherwise)
-    found = admin_sync.offsets(admin, alias, partitions, OffsetSpec.for_timestamp(at_ms))  # type: ignore[no-untyped-call]
+    found = admin_sync.offsets(admin, alias, partitions, OffsetSpec.for_timestamp(at_ms))
     return {tp: min(o, otherwise[tp]) if o >= 0 else otherwise[tp] for tp, o in found.items()}
 
 

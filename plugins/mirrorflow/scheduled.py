@@ -105,7 +105,7 @@ def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict
 # -- batch: audit and backfill ---------------------------------------------------------------------
 
 def audit_window(config_path: Path, flow_name: str, start: datetime, end: datetime, master: str) -> dict[str, Any]:
-    """Audit the flow's records with timestamps in [start, end); the report, complete or not (see `require_complete`)."""
+    """Audit the flow's records with timestamps in [start, end): the report, complete or not (`require_complete`)."""
     from mirrorflow import audit, ranges
 
     cfg = _load(config_path)
