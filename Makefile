@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint bench stop clean
+.PHONY: setup demo test lint bench bench-batch stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -42,6 +42,10 @@ test: setup lint
 # MirrorMaker 2 vs mirrorflow vs Kafka's perf tools, one run (about 15 minutes; not part of `make test`).
 bench: setup
 	$(BIN)/python tests/benchmark_mirror.py
+
+# Backfill and audit cost on this machine, one run (about 5 minutes; not part of `make test`).
+bench-batch: setup
+	$(BIN)/python tests/benchmark_batch.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow stop --flow "primary->backup" --reason "make stop" --timeout 90

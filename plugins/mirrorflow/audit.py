@@ -222,8 +222,12 @@ def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None) -> Partition
 
 # -- the Spark job ------------------------------------------------------------------------------
 
-def source_records(spark: Any, cluster: Cluster, planned: Sequence[SourceRange]) -> Any:
-    """The source records of the non-empty ranges, as Spark's Kafka source gives them (headers included)."""
+def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> Any:
+    """The source records of the non-empty ranges the flow mirrors, as Spark's Kafka source gives them.
+
+    Records that came from the flow's target (a provenance hop names it) are left out: the stream refuses
+    them by design (active/active), so they are neither expected on the target nor written by a backfill.
+    """
     wanted = [r for r in planned if r.size > 0]
     if not wanted:
         return None
@@ -234,7 +238,14 @@ def source_records(spark: Any, cluster: Cluster, planned: Sequence[SourceRange])
         assign.setdefault(r.topic, []).append(r.partition)
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    return _read(spark, cluster, assign, json.dumps(starting), json.dumps(ending))
+    records = _read(spark, cluster, assign, json.dumps(starting), json.dumps(ending))
+    return records.where(f"NOT coalesce(exists(headers, h -> {_hop_of(flow.target)}), false)")
+
+
+def _hop_of(cluster: str) -> str:
+    """SQL: header `h` is a provenance hop that started on `cluster`."""
+    start = provenance.prefix(cluster).decode().replace("'", "\\'")
+    return f"h.key = '{provenance.HEADER}' AND startswith(CAST(h.value AS STRING), '{start}')"
 
 
 def target_copies(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> Any:
@@ -256,12 +267,9 @@ def target_copies(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[So
         assign.setdefault(t, []).append(p)
         starting.setdefault(t, {})[str(p)] = floor
     raw = _read(spark, cluster, assign, json.dumps(starting), "latest", committed=True)
-    hop_prefix = provenance.prefix(flow.source).decode().replace("'", "\\'")
     attributed = raw.selectExpr(
         "topic AS at_topic", "partition AS at_partition", "offset AS at_offset", "key", "value", "timestamp",
-        "headers",
-        f"try_element_at(filter(headers, h -> h.key = '{provenance.HEADER}' AND "
-        f"startswith(CAST(h.value AS STRING), '{hop_prefix}')), -1) AS hop",
+        "headers", f"try_element_at(filter(headers, h -> {_hop_of(flow.source)}), -1) AS hop",
     ).where("hop IS NOT NULL").selectExpr(
         "*", "split(CAST(hop.value AS STRING), '/') AS hop_parts")
     copies = attributed.selectExpr(
@@ -299,7 +307,7 @@ def _digests(side: int, at_partition: str, at_offset: str) -> list[str]:
 
 
 def _tallies(spark: Any, cfg: MirrorConfig, flow: Flow, planned: Sequence[SourceRange]) -> list[dict[str, Any]]:
-    source = source_records(spark, cfg.cluster(flow.source), planned)
+    source = source_records(spark, cfg.cluster(flow.source), flow, planned)
     if source is None:
         return []
     sides = source.selectExpr(*_digests(0, "partition", "offset"))
