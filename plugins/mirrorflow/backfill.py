@@ -109,15 +109,20 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
     begun = time.monotonic()
     resume = _pause(cfg, flow, target_admin, pause)
     lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
-    lease.acquire(wait_s=10.0)
-    holding = _Holding(lease)
+    holding: _Holding | None = None
     try:
+        lease.acquire(wait_s=10.0)
+        holding = _Holding(lease)
         planned = ranges.plan(cfg, flow, topics=topics, window=window, from_offsets=from_offsets)
         jobs = [(r if r.mirrored is None else ranges.below(r, r.mirrored), r) for r in planned]
         written = _write(cfg, flow, [j for j, _ in jobs], spark, master)
+        if lease.lost:
+            raise OperationalError(f"flow {flow.name}: the backfill lost the flow's lease while writing (target "
+                                   "unreachable for a session?): a stream may have run meanwhile; audit the range")
         _set_seed_positions(cfg, flow, [j for j, _ in jobs if j.mirrored is None])
     finally:
-        holding.stop()
+        if holding is not None:
+            holding.stop()
         lease.release()
         if resume:
             lifecycle.start(cfg, flow, "backfill finished")
@@ -130,8 +135,7 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
 def _label(window: Window, from_offsets: Mapping[str, Mapping[int, int]] | None) -> str:
     if from_offsets is None:
         return window.label()
-    end = "" if window.to_ms is None else f" to {Window(None, window.to_ms).label().split(' to ')[1]}"
-    return f"from the offsets given{end}"
+    return "from the offsets given" + ("" if window.to_ms is None else f" to {ranges.clock(window.to_ms)}")
 
 
 def _pause(cfg: MirrorConfig, flow: Flow, target_admin: Any, pause: bool) -> bool:

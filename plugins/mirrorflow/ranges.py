@@ -46,8 +46,8 @@ class Window:
     def label(self) -> str:
         if self.from_ms is None and self.to_ms is None:
             return "every retained record"
-        return f"{_clock(self.from_ms) if self.from_ms is not None else 'the start'} to " \
-               f"{_clock(self.to_ms) if self.to_ms is not None else 'now'}"
+        return f"{clock(self.from_ms) if self.from_ms is not None else 'the start'} to " \
+               f"{clock(self.to_ms) if self.to_ms is not None else 'now'}"
 
 
 EVERYTHING = Window()
@@ -212,5 +212,6 @@ def _target_floors(admin: AdminClient, alias: str, partitions: Sequence[tuple[st
     return floors
 
 
-def _clock(ms: int) -> str:
+def clock(ms: int) -> str:
+    """A time for a report line, in UTC."""
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
