@@ -158,9 +158,7 @@ class AuditReport:
             behind = f"{p.behind} from {p.behind_from}" if p.behind else "0"
             rows.append((p.name, f"{p.start}-{p.end}", str(p.source_records), str(p.mirrored_records),
                          str(p.missing), str(p.duplicated), str(p.differing), behind, ", ".join(examples)))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) if i in (0, 1, 8) else c.rjust(w)
-                           for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip() for r in rows]
+        lines = aligned(rows, left=(0, 1, 8))
         cost = (f"{self.total('source_records') + self.total('copies') + self.total('unexpected')} records compared "
                 f"in {self.seconds:.1f} s ({self.records_per_s:,.0f} records/s)")
         return "\n".join([*lines, "", self.summary(), cost])
@@ -177,6 +175,13 @@ class AuditReport:
             out[name] = self.total(name)
         as_json: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as a JSON reader or XCom sees them
         return as_json
+
+
+def aligned(rows: Sequence[Sequence[str]], left: Sequence[int]) -> list[str]:
+    """A plain-text table: columns padded to their widest cell, the `left` ones left-aligned, numbers right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            .rstrip() for r in rows]
 
 
 def _span(r: Sequence[int]) -> str:

@@ -79,10 +79,7 @@ class BackfillReport:
     def table(self) -> str:
         rows = [("partition", "mode", "range", "written")]
         rows += [(p.name, p.mode, f"{p.start}-{p.end}", str(p.written)) for p in self.partitions]
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        lines = ["  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-                 for r in rows]
-        return "\n".join([*lines, "", self.summary()])
+        return "\n".join([*audit.aligned(rows, left=(0, 1, 2)), "", self.summary()])
 
     def as_dict(self) -> dict[str, Any]:
         as_json: dict[str, Any] = json.loads(json.dumps({**asdict(self), "written": self.written,

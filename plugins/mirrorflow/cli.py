@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mirrorflow import config as configmod
-from mirrorflow import legacy, local
+from mirrorflow import legacy, local, ranges
 from mirrorflow.errors import MirrorflowError
 
 DEFAULT_CONFIG = "include/mirrorflow.properties"
@@ -194,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "batch job; skips what the target holds)")
     p.add_argument("--flow", required=True, metavar="A->B")
     start = p.add_mutually_exclusive_group(required=True)
-    start.add_argument("--from-offsets", metavar="JSON", type=_offsets_arg,
+    start.add_argument("--from-offsets", metavar="JSON", type=_checked(ranges.parse_offsets),
                        help='where to start, per partition: {"orders": {"0": 10, "1": -2}} (-2: the earliest)')
     _add_range(p, start)
     p.add_argument("--pause", action="store_true",
@@ -203,30 +203,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _offsets_arg(text: str) -> dict[str, dict[int, int]]:
-    from mirrorflow import ranges
-    from mirrorflow.errors import ConfigError
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a library parser: its ConfigError becomes argparse's one-line usage error."""
+    def convert(text: str) -> Any:
+        from mirrorflow.errors import ConfigError
 
-    try:
-        return ranges.parse_offsets(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--from-offsets: ")) from None
-
-
-def _time_arg(text: str) -> int:
-    from mirrorflow import ranges
-    from mirrorflow.errors import ConfigError
-
-    try:
-        return ranges.parse_time(text)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        try:
+            return parse(text)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("--from-offsets: ")) from None
+    return convert
 
 
 def _add_range(p: argparse.ArgumentParser, start: Any = None) -> None:
-    (start or p).add_argument("--from-time", metavar="T", type=_time_arg,
+    (start or p).add_argument("--from-time", metavar="T", type=_checked(ranges.parse_time),
                               help="the first record's time: ISO 8601 (UTC if no zone) or epoch ms")
-    p.add_argument("--to-time", metavar="T", type=_time_arg, help="stop before records at or after T (default: now)")
+    p.add_argument("--to-time", metavar="T", type=_checked(ranges.parse_time),
+                   help="stop before records at or after T (default: now)")
     p.add_argument("--topics", metavar="REGEX", help="only source topics matching REGEX (default: the flow's)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     _add_json(p)
