@@ -112,11 +112,11 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
         holding = _Holding(lease)
         planned = ranges.plan(cfg, flow, topics=topics, window=window, from_offsets=from_offsets)
         jobs = [(r if r.mirrored is None else ranges.below(r, r.mirrored), r) for r in planned]
-        written = _write(cfg, flow, [j for j, _ in jobs], spark, master)
+        written = _write(cfg, flow, [j for j, _ in jobs], target_admin, syncs_topic, spark, master)
         if lease.lost:
             raise OperationalError(f"flow {flow.name}: the backfill lost the flow's lease while writing (target "
                                    "unreachable for a session?): a stream may have run meanwhile; audit the range")
-        _set_seed_positions(cfg, flow, [j for j, _ in jobs if j.mirrored is None])
+        _set_seed_positions(cfg, flow, [j for j, _ in jobs if j.mirrored is None], target_admin, syncs_topic)
     finally:
         if holding is not None:
             holding.stop()
@@ -169,14 +169,14 @@ class _Holding:
         self._thread.join(5)
 
 
-def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], spark: Any, master: str
-           ) -> dict[tuple[str, int], int]:
+def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_admin: Any, syncs_topic: str,
+           spark: Any, master: str) -> dict[tuple[str, int], int]:
     """Write every source record of the jobs the target does not hold; records written per partition."""
     todo = [j for j in jobs if j.size > 0]
     if not todo:
         return {}
     source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
-    source_admin, target_admin = clients.admin(source), clients.admin(target)
+    source_admin = clients.admin(source)
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
     admin_sync.ensure_remote_topics(flow, source_admin, target_admin, {j.topic: counts[j.topic] for j in todo})
     spark = spark or spark_session.build(f"mirrorflow backfill {flow.name}", master)
@@ -185,7 +185,6 @@ def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], spark: An
     if copies is not None:
         records = records.join(copies.select("topic", "partition", "offset"), ["topic", "partition", "offset"],
                                "left_anti")
-    syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
     spec = WriterSpec(
         flow=flow.name, source=flow.source, target=flow.target,
         producer_settings=clients.settings(target, "producer"),
@@ -202,17 +201,16 @@ def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], spark: An
     return {(r["topic"], r["partition"]): r["records"] for r in rows}
 
 
-def _set_seed_positions(cfg: MirrorConfig, flow: Flow, seeds: Sequence[SourceRange]) -> None:
+def _set_seed_positions(cfg: MirrorConfig, flow: Flow, seeds: Sequence[SourceRange], admin: Any,
+                        syncs_topic: str) -> None:
     """A seeded partition's position moves to its range's end: the stream starts there."""
     if not seeds:
         return
     target = cfg.cluster(flow.target)
-    admin = clients.admin(target)
-    counts, _ = admin_sync.partition_counts(admin, target.alias)
+    counts, _ = admin_sync.partition_counts(admin, target.alias)  # remote topics may be new since the plan
     remote = [(s.remote, s.partition) for s in seeds if s.partition < counts.get(s.remote, 0)]
     ends = admin_sync.offsets(admin, target.alias, remote, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
-    syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
     for s in seeds:
         position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition), -1))
         producer.produce(syncs_topic, position.value(), position.key(), partition=0)
