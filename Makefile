@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint bench bench-batch stop clean
+.PHONY: setup demo test lint bench bench-batch bench-state stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -46,6 +46,11 @@ bench: setup
 # Backfill and audit cost on this machine, one run (about 5 minutes; not part of `make test`).
 bench-batch: setup
 	$(BIN)/python tests/benchmark_batch.py
+
+# Offset-sync state and checkpoint rounds as history and groups grow, one run (about 40 minutes; not part of
+# `make test`).
+bench-state: setup
+	$(BIN)/python tests/benchmark_state.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow stop --flow "primary->backup" --reason "make stop" --timeout 90

@@ -222,8 +222,8 @@ def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
     assert state == "success" and repaired["written"] == 7
     # Below the flow's position only, and without offset syncs (the repaired records come after later ones).
     assert [(p["mode"], p["start"], p["end"]) for p in repaired["partitions"]] == [("repair", 5, 40), ("repair", 0, 40)]
-    positions, runs = offset_syncs.read_all({"bootstrap.servers": BETA}, offset_syncs.topic_name("quarry"))
-    assert not runs.get(("bf.gap", 0)) and positions[("bf.gap", 0)].upstream_next == 40
+    syncs = offset_syncs.read({"bootstrap.servers": BETA}, offset_syncs.topic_name("quarry"))
+    assert not syncs.anchors.get(("bf.gap", 0)) and syncs.positions[("bf.gap", 0)].upstream_next == 40
 
     state, xcom = _dag_audit(cfg_path, window_start + timedelta(hours=1))
     print(xcom["summary"])

@@ -106,7 +106,8 @@ def _mirrored(topic: str, partitions: int) -> bool:
 def _positions(topic: str) -> dict[int, int]:
     from mirrorflow import offset_syncs
 
-    positions, _ = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, "mirrorflow-offset-syncs.alpha.internal")
+    syncs = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, "mirrorflow-offset-syncs.alpha.internal")
+    positions = syncs.positions
     return {p: pos.upstream_next for (t, p), pos in positions.items() if t == topic}
 
 
@@ -176,7 +177,11 @@ def test_a_group_resumes_on_the_target_having_lost_nothing_and_reading_nothing_t
         for p in range(3):
             got = [origin(m).offset for m in read[p]]
             assert got == [o for o in visible[p] if o >= by_partition[p]], f"{group} partition {p}"
-            mm2 = rows[p].mm2_offset
+        compared = {t.partition: t for t in checkpoints.translate_group(cfg, cfg.flow("alpha->beta"), group,
+                                                                         compare_mm2=True)}
+        for p in range(3):
+            mm2 = compared[p].mm2_offset
+            assert compared[p].target_offset == rows[p].target_offset
             mm2_rereads[group] = mm2_rereads.get(group, 0) + rows[p].target_offset - (mm2 if mm2 is not None else 0)
     print(f"re-reads per group (3 partitions each): mirrorflow 0; MM2's rule on the same writes {mm2_rereads}")
     assert all(n >= 0 for n in mm2_rereads.values())

@@ -1,4 +1,4 @@
-"""Offset-sync runs and their wire format (pure)."""
+"""Offset-sync records and their wire format (pure)."""
 
 from __future__ import annotations
 
@@ -7,52 +7,62 @@ import itertools
 from hypothesis import given
 from hypothesis import strategies as st
 from mirrorflow import offset_syncs
-from mirrorflow.offset_syncs import OffsetRun, Position
-
-
-@st.composite
-def write_orders(draw: st.DrawFn) -> list[tuple[int, int]]:
-    """(upstream, downstream) pairs as a writer produces them: both strictly increasing, with gaps."""
-    n = draw(st.integers(0, 60))
-    u, d, out = draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6)), []
-    for _ in range(n):
-        out.append((u, d))
-        u += draw(st.sampled_from([1, 1, 1, 2, 5]))
-        d += draw(st.sampled_from([1, 1, 1, 2]))
-    return out
-
-
-@given(write_orders())
-def test_runs_expand_back_to_the_pairs_and_are_maximal(pairs: list[tuple[int, int]]) -> None:
-    runs = offset_syncs.runs_of("t", 3, pairs)
-    assert offset_syncs.expand(runs) == pairs  # A
-    for a, b in itertools.pairwise(runs):
-        assert not (b.upstream == a.upstream_end and b.downstream == a.downstream_end)  # B
-        assert b.upstream > a.upstream and b.downstream > a.downstream  # C
-
-
-@given(write_orders(), st.integers(1, 59))
-def test_a_run_split_across_batches_is_merged_back(pairs: list[tuple[int, int]], cut: int) -> None:
-    first, second = pairs[:cut], pairs[cut:]
-    before = offset_syncs.runs_of("t", 0, first)
-    after = offset_syncs.continued(before[-1] if before else None, offset_syncs.runs_of("t", 0, second))
-    merged = {r.upstream: r for r in [*before, *after]}  # what compaction keeps: the newest per key
-    assert offset_syncs.expand(sorted(merged.values(), key=lambda r: r.upstream)) == pairs
+from mirrorflow.anchors import Anchor
+from mirrorflow.offset_syncs import AnchorRecord, OffsetRun, Position
 
 
 def test_records_round_trip_through_the_wire_format() -> None:
-    run = OffsetRun("orders.eu", 7, 123_456_789_012, 42, 1000)
-    position = Position("orders.eu", 7, 123_456_790_012, 1042)
-    assert offset_syncs.decode(run.key(), run.value()) == run
-    assert offset_syncs.decode(position.key(), position.value()) == position
-    assert offset_syncs.decode(run.key(), None) is None
-    assert run.key() != position.key()
+    anchor = AnchorRecord("orders.eu", 7, 254, Anchor(123_456_789_012, 42, barrier=True, origin=True))
+    position = Position("orders.eu", 7, 123_456_790_012, 1042, Anchor(123_456_789_900, 1000, barrier=True))
+    quiet = Position("orders.eu", 7, 5, -1)
+    assert offset_syncs.decode(anchor.key(), anchor.value()) == (("orders.eu", 7), anchor)
+    assert offset_syncs.decode(position.key(), position.value()) == (("orders.eu", 7), position)
+    assert offset_syncs.decode(quiet.key(), quiet.value()) == (("orders.eu", 7), quiet)
+    tombstone = AnchorRecord("orders.eu", 7, 254, None)
+    assert tombstone.value() is None and offset_syncs.decode(tombstone.key(), None) == (("orders.eu", 7), tombstone)
+    assert len({anchor.key(), position.key(), AnchorRecord("orders.eu", 7, 253, None).key()}) == 3
 
 
-def test_the_run_key_layout_is_kind_topic_partition_upstream() -> None:
-    key = OffsetRun("ab", 1, 2, 3, 4).key()
-    assert key == b"\x00\x00" + b"\x00\x02ab" + b"\x00\x00\x00\x01" + b"\x00" * 7 + b"\x02"
-    assert OffsetRun("ab", 1, 2, 3, 4).value() == b"\x00\x00" + b"\x00" * 7 + b"\x03" + b"\x00" * 7 + b"\x04"
+def test_the_anchor_key_layout_is_kind_topic_partition_slot() -> None:
+    key = AnchorRecord("ab", 1, 3, None).key()
+    assert key == b"\x00\x02" + b"\x00\x02ab" + b"\x00\x00\x00\x01" + b"\x00\x03"
+    value = AnchorRecord("ab", 1, 3, Anchor(2, 3, barrier=True)).value()
+    assert value == b"\x00\x00" + b"\x00" * 7 + b"\x02" + b"\x00" * 7 + b"\x03" + b"\x00\x01"
+
+
+def test_a_version_0_position_and_an_old_run_are_still_read() -> None:
+    key = b"\x00\x01" + b"\x00\x02ab" + b"\x00\x00\x00\x01"
+    value = b"\x00\x00" + (10).to_bytes(8, "big") + (20).to_bytes(8, "big")
+    assert offset_syncs.decode(key, value) == (("ab", 1), Position("ab", 1, 10, 20))
+    run = OffsetRun("ab", 1, 2, 3, 4)
+    assert offset_syncs.decode(run.key(), run.value()) == (("ab", 1), run)
+
+
+@st.composite
+def old_runs(draw: st.DrawFn) -> list[OffsetRun]:
+    u, d, out = draw(st.integers(0, 1000)), draw(st.integers(0, 1000)), []
+    for _ in range(draw(st.integers(1, 12))):
+        n = draw(st.integers(1, 5))
+        out.append(OffsetRun("t", 0, u, d, n))
+        u += n + draw(st.sampled_from([0, 1, 3, -n - 2]))
+        d += n + draw(st.sampled_from([0, 0, 1]))
+        u = max(u, 0)
+    return out
+
+
+@given(old_runs())
+def test_old_runs_become_anchors_at_their_ends_with_a_barrier_wherever_a_run_does_not_continue(
+        runs: list[OffsetRun]) -> None:
+    anchors = offset_syncs.anchors_of_runs(runs)
+    ends = {(r.upstream, r.downstream) for r in runs} | {(r.upstream + r.length - 1, r.downstream + r.length - 1)
+                                                        for r in runs}
+    assert {(a.upstream, a.downstream) for a in anchors} == ends
+    assert [a.downstream for a in anchors] == sorted(a.downstream for a in anchors)
+    assert anchors[0].origin and anchors[0].barrier
+    for prev, run in itertools.pairwise(runs):
+        first = next(a for a in anchors if a.downstream == run.downstream)
+        if run.upstream <= prev.upstream + prev.length - 1 or run.downstream != prev.downstream + prev.length:
+            assert first.barrier
 
 
 def test_the_topic_is_named_after_the_source_and_is_internal_by_default() -> None:

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from conftest import PORTS
 from mirrorflow import config, local, offset_syncs
-from mirrorflow.offset_syncs import OffsetRun, Position
+from mirrorflow.target_reader import TargetRecords
+from mirrorflow.translation import PartitionSyncs, target_offsets
 from streams import (
     QUIET,
     SteadyProducer,
@@ -98,30 +99,35 @@ def test_every_field_of_every_record_is_preserved(mirror: StreamProcess) -> None
     assert read_partition(BETA, "alpha.m1.fields", 3) == []  # a partition with no records stays empty
 
 
-def _latest_syncs() -> dict[bytes, object]:
-    """The offset-syncs topic as compaction leaves it: the newest record per key."""
-    return {m.key(): offset_syncs.decode(m.key(), m.value())
-            for m in read_partition(BETA, "mirrorflow-offset-syncs.alpha.internal", 0)}
-
-
-def test_offset_syncs_map_every_mirrored_record_exactly(mirror: StreamProcess) -> None:
+def test_offset_syncs_translate_every_mirrored_record_exactly(mirror: StreamProcess) -> None:
     source_ends = end_offsets(ALPHA, "m1.fields")
-    wait_for(lambda: {(r.partition, r.upstream_next) for r in _latest_syncs().values()
-                      if isinstance(r, Position) and r.topic == "m1.fields"} >= {(0, source_ends[0]),
-                     (1, source_ends[1]), (2, source_ends[2])}, 60, "positions at the source's end", mirror)
-    latest = _latest_syncs()
-    for partition in (0, 1, 2):
-        runs = sorted((r for r in latest.values() if isinstance(r, OffsetRun)
-                       and (r.topic, r.partition) == ("m1.fields", partition)), key=lambda r: r.upstream)
-        mirrored = [(origin(m).offset, m.offset()) for m in read_partition(BETA, "alpha.m1.fields", partition)]
-        assert offset_syncs.expand(runs) == mirrored, partition
-        [position] = [r for r in latest.values() if isinstance(r, Position)
-                      and (r.topic, r.partition) == ("m1.fields", partition)]
-        assert position.upstream_next == source_ends[partition]
-        assert position.downstream_next == mirrored[-1][1] + 1
-    # the transactional partition: commit markers and aborted records leave gaps, so several runs
-    assert len([r for r in latest.values() if isinstance(r, OffsetRun) and r.partition == 1
-                and r.topic == "m1.fields"]) == 3
+    settings = {"bootstrap.servers": BETA, **QUIET}
+    topic = "mirrorflow-offset-syncs.alpha.internal"
+
+    def positions() -> set[tuple[int, int]]:
+        return {(p, pos.upstream_next) for (t, p), pos in offset_syncs.read(settings, topic).positions.items()
+                if t == "m1.fields"}
+
+    wait_for(lambda: positions() >= {(0, source_ends[0]), (1, source_ends[1]), (2, source_ends[2])}, 60,
+             "positions at the source's end", mirror)
+    state = offset_syncs.read(settings, topic)
+    records = TargetRecords(settings, "alpha")
+    try:
+        for partition in (0, 1, 2):
+            mirrored = [(origin(m).offset, m.offset()) for m in read_partition(BETA, "alpha.m1.fields", partition)]
+            tp = ("m1.fields", partition)
+            syncs = PartitionSyncs(tuple(state.anchor_list(tp)), state.positions[tp])
+            reader = records.partition("alpha.m1.fields", "m1.fields", partition)
+            answers = target_offsets(syncs, range(source_ends[partition] + 1), reader)
+            for u, got in answers.items():
+                consumed = [d for v, d in mirrored if v < u]
+                assert got.exact and got.offset == (consumed[-1] + 1 if consumed else mirrored[0][1]), (partition, u)
+            assert state.positions[tp].upstream_next == source_ends[partition]
+            assert state.positions[tp].downstream_next == mirrored[-1][1] + 1
+    finally:
+        records.close()
+    # the transactional partition: commit markers and aborted records leave gaps, and cost no state
+    assert len(state.anchors[("m1.fields", 1)]) <= 3
 
 
 def test_metrics_and_status_report_each_partition(mirror: StreamProcess) -> None:

@@ -168,11 +168,27 @@ def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient,
     return done
 
 
+# Compacted internal topics keep a small uncompacted head: segments roll within 10 minutes (or at 16 MiB), the
+# cleaner runs once a tenth is dirty and at the latest an hour after a write, and tombstones live an hour.
+COMPACTED = {"cleanup.policy": "compact", "segment.ms": "600000", "segment.bytes": "16777216",
+             "min.cleanable.dirty.ratio": "0.1", "max.compaction.lag.ms": "3600000", "delete.retention.ms": "3600000"}
+
+
 def ensure_internal_topic(admin: AdminClient, cluster: str, topic: str, wanted_rf: int,
                           configs: Mapping[str, str]) -> None:
-    """Create a one-partition internal topic (offset syncs, heartbeats, checkpoints) unless it exists."""
+    """Create a one-partition internal topic (offset syncs, heartbeats, checkpoints) unless it exists; an existing
+    one gets `configs` where its own differ (an older mirrorflow created it with fewer settings)."""
     counts, brokers = partition_counts(admin, cluster)
     if topic in counts:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        current = wait(admin.describe_configs([resource]), f"cannot read the configs of {cluster}")[resource]
+        changes = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+                   if k not in current or current[k].value != v]
+        if changes:
+            wait(admin.incremental_alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic,
+                                                                 incremental_configs=changes)]),
+                 f"cannot alter the configs of {cluster}")
+            log.info("%s %s: set %s", cluster, topic, ", ".join(f"{c.name}={c.value}" for c in changes))
         return
     rf = replication_factor(wanted_rf, brokers, f"{cluster} {topic}")
     wait(admin.create_topics([NewTopic(topic, 1, rf, config=dict(configs))]),

@@ -29,10 +29,11 @@ from typing import Any
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow import admin_sync, audit, clients, flow_lease, lifecycle, offset_syncs, ranges, spark_session
+from mirrorflow.anchors import Anchor, PartitionAnchors
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.flow_lease import FlowLease
-from mirrorflow.offset_syncs import Position
+from mirrorflow.offset_syncs import AnchorRecord, Position
 from mirrorflow.ranges import SourceRange, Window
 from mirrorflow.stream_writer import INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
@@ -102,7 +103,7 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
     syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
     admin_sync.ensure_internal_topic(target_admin, target.alias, syncs_topic,
                                      flow.number("offset-syncs.topic.replication.factor"),
-                                     {"cleanup.policy": "compact"})
+                                     admin_sync.COMPACTED)
     begun = time.monotonic()
     resume = _pause(cfg, flow, target_admin, pause)
     lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
@@ -116,7 +117,7 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
         if lease.lost:
             raise OperationalError(f"flow {flow.name}: the backfill lost the flow's lease while writing (target "
                                    "unreachable for a session?): a stream may have run meanwhile; audit the range")
-        _set_seed_positions(cfg, flow, [j for j, _ in jobs if j.mirrored is None], target_admin, syncs_topic)
+        _set_seed_positions(cfg, flow, [j for j, _ in jobs if j.mirrored is None], target_admin, syncs_topic, written)
     finally:
         if holding is not None:
             holding.stop()
@@ -124,7 +125,8 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
         if resume:
             lifecycle.start(cfg, flow, "backfill finished")
     partitions = tuple(PartitionBackfill(j.topic, j.partition, j.start, j.end, r.end,
-                                         SEED if j.mirrored is None else REPAIR, written.get((j.topic, j.partition), 0))
+                                         SEED if j.mirrored is None else REPAIR,
+                                         written.get((j.topic, j.partition), {}).get("records", 0))
                        for j, r in jobs)
     return BackfillReport(flow.name, _label(window, from_offsets), partitions, time.monotonic() - begun, resume)
 
@@ -170,8 +172,8 @@ class _Holding:
 
 
 def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_admin: Any, syncs_topic: str,
-           spark: Any, master: str) -> dict[tuple[str, int], int]:
-    """Write every source record of the jobs the target does not hold; records written per partition."""
+           spark: Any, master: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """Write every source record of the jobs the target does not hold; the writer's summary per partition."""
     todo = [j for j in jobs if j.size > 0]
     if not todo:
         return {}
@@ -192,17 +194,17 @@ def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_ad
         source_admin_settings=clients.settings(source, "admin"),
         target_admin_settings=clients.settings(target, "admin"),
         remote={j.topic: j.remote for j in todo}, mirrored={}, ends={(j.topic, j.partition): j.end for j in todo},
-        last_runs={}, syncs_topic=syncs_topic, provenance=True, exactly_once=target.exactly_once,
+        downstream_next={}, syncs_topic=syncs_topic, provenance=True, exactly_once=target.exactly_once, replay=True,
         unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
     tasks = max(1, min(len(todo), spark.sparkContext.defaultParallelism * 2))
     rows = (records.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
             .selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA)
             .collect())
-    return {(r["topic"], r["partition"]): r["records"] for r in rows}
+    return {(r["topic"], r["partition"]): r.asDict() for r in rows}
 
 
 def _set_seed_positions(cfg: MirrorConfig, flow: Flow, seeds: Sequence[SourceRange], admin: Any,
-                        syncs_topic: str) -> None:
+                        syncs_topic: str, written: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
     """A seeded partition's position moves to its range's end: the stream starts there."""
     if not seeds:
         return
@@ -214,5 +216,15 @@ def _set_seed_positions(cfg: MirrorConfig, flow: Flow, seeds: Sequence[SourceRan
     for s in seeds:
         position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition), -1))
         producer.produce(syncs_topic, position.value(), position.key(), partition=0)
+        row = written.get((s.topic, s.partition))
+        if row is not None and row["first_downstream"] is not None:
+            # The seed is the partition's first write: its origin, and a barrier (a retried task may repeat).
+            store = PartitionAnchors(flow.number("mirrorflow.offset-syncs.anchors.max"),
+                                     flow.number("mirrorflow.offset-syncs.anchors.spacing"))
+            store.record_batch(Anchor(row["first_upstream"], row["first_downstream"]),
+                               Anchor(row["last_upstream"], row["last_downstream"]), replay=True, fresh=True)
+            for slot, anchor in store.drain().items():
+                record = AnchorRecord(s.topic, s.partition, slot, anchor)
+                producer.produce(syncs_topic, record.value(), record.key(), partition=0)
     if producer.flush(60) > 0:
         raise OperationalError(f"flow {flow.name}: offset syncs not acknowledged by {target.alias}")

@@ -3,11 +3,13 @@
 One round for a flow A->B:
   1. list A's consumer groups that pass `groups`/`groups.exclude`, and their committed offsets;
   2. read the flow's offset syncs on B, after the offsets, so that they cover as much as possible. For
-     topics that came from B (failback), read the reverse flow's syncs, which are on A;
-  3. translate every partition (see translation.py). "Start" and offsets lost to retention on B resolve
-     to B's log start;
+     topics that came from B (failback), read the reverse flow's syncs, which are on A. A long-lived
+     `CheckpointRounds` reads only what is new since its last round;
+  3. translate every partition (see translation.py), each distinct offset once, all offsets of a partition
+     in one pass over its anchors. "Start" and offsets lost to retention on B resolve to B's log start;
   4. hold a checkpoint that would move backwards while the group itself did not move back;
-  5. write every checkpoint to `A.checkpoints.internal` on B, so MM2's own `RemoteClusterUtils` reads them;
+  5. write every checkpoint that changed to `A.checkpoints.internal` on B, so MM2's own `RemoteClusterUtils`
+     reads them;
   6. with `sync.group.offsets.enabled`, commit the offsets to B's group of the same name if that group is
      empty or absent there, and never backwards.
 
@@ -24,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -32,30 +34,22 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from mirrorflow import admin_sync, clients, metrics, offset_syncs, selection, wire
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import OperationalError
+from mirrorflow.internal_log import InternalLog
 from mirrorflow.policy import checkpoints_topic
+from mirrorflow.target_reader import TargetRecords
 from mirrorflow.translation import (
     PartitionSyncs,
+    TargetReader,
     Translation,
-    mm2_offset_syncs_of_runs,
-    mm2_target_offset,
+    mm2_comparison,
     source_offset,
-    target_offset,
+    target_offsets,
 )
 
 log = logging.getLogger(__name__)
 _VERSION = 0
 _IDLE_STATES = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD)
 TopicPartitionKey = tuple[str, int]
-
-
-class _Pending(NamedTuple):
-    source_topic: str
-    partition: int
-    source_offset: int
-    metadata: str
-    target_topic: str
-    translation: Translation
-    mm2_offset: int | None
 
 
 @dataclass(frozen=True)
@@ -123,15 +117,27 @@ class GroupCheckpoints:
 
 
 class GroupOffsets:
-    """Translates a flow's consumer groups; one instance per round, so the syncs are read once."""
+    """Translates a flow's consumer groups. Holds the flow's offset syncs (and the reverse flow's, for failback)
+    and one reader of the mirrored records on each side; a long-lived instance refreshes the syncs
+    incrementally at each `refresh()`."""
 
     def __init__(self, cfg: MirrorConfig, flow: Flow) -> None:
         self.flow, self.policy = flow, flow.policy
         self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
         self.source_admin: AdminClient = clients.admin(self.source)
         self.target_admin: AdminClient = clients.admin(self.target)
-        self._syncs: dict[str, tuple[dict[TopicPartitionKey, PartitionSyncs], set[str]]] = {}
-        self._mm2: dict[TopicPartitionKey, list[tuple[int, int]]] = {}
+        self._syncs: dict[str, offset_syncs.SyncsState] = {}
+        self._readers: dict[str, TargetRecords] = {}
+
+    def close(self) -> None:
+        for state in self._syncs.values():
+            state.close()
+        for reader in self._readers.values():
+            reader.close()
+
+    def refresh(self) -> None:
+        for state in self._syncs.values():
+            state.refresh()
 
     def groups(self) -> list[str]:
         listed = admin_sync.wait({"groups": self.source_admin.list_consumer_groups()},
@@ -140,71 +146,115 @@ class GroupOffsets:
         return sorted(g.group_id for g in listed.valid if selected.selects(g.group_id))
 
     def committed(self, group: str) -> dict[TopicPartitionKey, tuple[int, str]]:
-        request = [ConsumerGroupTopicPartitions(group)]
-        result = admin_sync.wait(self.source_admin.list_consumer_group_offsets(request, require_stable=True),
-                                 f"cannot read the offsets of group {group} on {self.source.alias}:")[group]
-        return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "")
-                for tp in result.topic_partitions if tp.offset >= 0 and tp.error is None}
+        return self.committed_many([group])[group]
+
+    def committed_many(self, groups: Sequence[str], window: int = 256
+                       ) -> dict[str, dict[TopicPartitionKey, tuple[int, str]]]:
+        """Each group's committed offsets, `window` requests in flight at a time; a group whose read fails raises,
+        naming it (a checkpoint round must not pass over a group silently)."""
+        out: dict[str, dict[TopicPartitionKey, tuple[int, str]]] = {}
+        for at in range(0, len(groups), window):
+            futures = {g: self.source_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
+                                                                        require_stable=True)[g]
+                       for g in groups[at:at + window]}
+            for group, result in admin_sync.wait(futures, f"cannot read the offsets on {self.source.alias} of group"
+                                                 ).items():
+                failed = [f"{tp.topic}-{tp.partition}" for tp in result.topic_partitions if tp.error is not None]
+                if failed:
+                    raise OperationalError(f"cannot read the offsets of group {group} on {self.source.alias} for "
+                                           f"{', '.join(failed[:5])}: {result.topic_partitions[0].error}")
+                out[group] = {(tp.topic, tp.partition): (tp.offset, tp.metadata or "")
+                              for tp in result.topic_partitions if tp.offset >= 0}
+        return out
 
     def translate(self, group: str, committed: Mapping[TopicPartitionKey, tuple[int, str]]
                   ) -> list[PartitionTranslation]:
         """Every partition of the group that the flow mirrored, or that came from the target (failback)."""
-        planned: list[_Pending] = []
-        for (topic, partition), (offset, metadata) in sorted(committed.items()):
-            forward = selection.replicates(self.flow, topic)
-            came_back = not forward and self.policy.topic_source(topic) == self.flow.target
-            if not (forward or came_back):
-                continue
-            if forward:
-                syncs, mirrored = self._read_syncs(self.flow.source)
-                target_topic, key = self.policy.remote_topic(self.flow.source, topic), topic
+        return self.translate_many({group: committed}).get(group, [])
+
+    def translate_many(self, committed: Mapping[str, Mapping[TopicPartitionKey, tuple[int, str]]]
+                       ) -> dict[str, list[PartitionTranslation]]:
+        """Like `translate`, for many groups: each partition's offsets are resolved together, once per offset."""
+        planned: list[tuple[str, str, int, int, str, str, str]] = []  # group, topic, partition, offset, ...
+        wanted: dict[tuple[str, str, int], set[int]] = {}  # (direction, key topic, partition) -> offsets
+        mirrored: dict[str, set[str]] = {}
+        for group, by_tp in committed.items():
+            for (topic, partition), (offset, metadata) in sorted(by_tp.items()):
+                forward = selection.replicates(self.flow, topic)
+                came_back = not forward and self.policy.topic_source(topic) == self.flow.target
+                if not (forward or came_back):
+                    continue
+                upstream = self.flow.source if forward else self.flow.target
+                if upstream not in mirrored:
+                    mirrored[upstream] = self._state(upstream).mirrored_topics()
+                key = topic if forward else self.policy.upstream_topic(topic) or topic
+                if key not in mirrored[upstream]:
+                    continue  # no record of this topic was ever mirrored: MM2 writes no checkpoint either
+                target_topic = self.policy.remote_topic(self.flow.source, topic) if forward else key
+                planned.append((group, topic, partition, offset, metadata, target_topic, upstream))
+                wanted.setdefault((upstream, key, partition), set()).add(offset)
+        answers: dict[tuple[str, str, int], dict[int, Translation]] = {}
+        for (upstream, key, partition), offsets in wanted.items():
+            part = self._partition_syncs(upstream, key, partition)
+            if upstream == self.flow.source:
+                reader = self._reader(upstream, self.policy.remote_topic(upstream, key), key, partition)
+                answers[(upstream, key, partition)] = target_offsets(part, offsets, reader)
             else:
-                syncs, mirrored = self._read_syncs(self.flow.target)
-                target_topic = key = self.policy.upstream_topic(topic) or topic
-            if key not in mirrored:
-                continue  # no record of this topic was ever mirrored: MM2 writes no checkpoint either
-            part = syncs.get((key, partition), PartitionSyncs(()))
-            if forward:
-                mm2 = mm2_target_offset(self._mm2_syncs(key, partition, part), offset)
-                planned.append(_Pending(topic, partition, offset, metadata, target_topic,
-                                        target_offset(part, offset), mm2))
-            else:
-                planned.append(_Pending(topic, partition, offset, metadata, target_topic,
-                                        source_offset(part, offset), None))
-        starts = self._log_starts([(p.target_topic, p.partition) for p in planned])
-        out = []
-        for topic, partition, offset, metadata, target_topic, t, mm2 in planned:
+                reader = self._reader(upstream, self.policy.remote_topic(upstream, key), key, partition)
+                answers[(upstream, key, partition)] = {o: source_offset(part, o, reader) for o in offsets}
+        starts = self._log_starts([(p[5], p[2]) for p in planned])
+        out: dict[str, list[PartitionTranslation]] = {}
+        for group, topic, partition, offset, metadata, target_topic, upstream in planned:
+            key = topic if upstream == self.flow.source else target_topic
+            t = answers[(upstream, key, partition)][offset]
             start = starts.get((target_topic, partition))
             if start is None:
                 log.warning("flow %s group %s: %s-%d has no partition %d on %s; skipped", self.flow.name, group,
                             topic, partition, partition, self.target.alias)
                 continue
-            wanted = start if t.offset is None else t.offset
-            resolved, note = max(wanted, start), t.reason
-            if wanted < start:
+            wanted_offset = start if t.offset is None else t.offset
+            resolved, note = max(wanted_offset, start), t.reason
+            if wanted_offset < start:
                 note = f"records before {start} are gone from {self.target.alias} (retention)"
-            out.append(PartitionTranslation(group, topic, target_topic, partition, offset, resolved,
-                                            t.exact and resolved == wanted, note, metadata, mm2))
+            out.setdefault(group, []).append(PartitionTranslation(
+                group, topic, target_topic, partition, offset, resolved, t.exact and resolved == wanted_offset, note,
+                metadata))
         return out
 
-    def _mm2_syncs(self, topic: str, partition: int, syncs: PartitionSyncs) -> list[tuple[int, int]]:
-        """The syncs MM2 would have kept for the same writes (for comparison), once per partition and round."""
-        if (topic, partition) not in self._mm2:
-            in_write_order = sorted(syncs.runs, key=lambda r: r.downstream)
-            self._mm2[(topic, partition)] = mm2_offset_syncs_of_runs(in_write_order, self.flow.number("offset.lag.max"))
-        return self._mm2[(topic, partition)]
+    def mm2_offset(self, p: PartitionTranslation) -> int | None:
+        """MM2's answer for a forward partition, for comparison (`mirrorflow translate`)."""
+        if not selection.replicates(self.flow, p.source_topic):
+            return None
+        syncs = self._partition_syncs(self.flow.source, p.source_topic, p.partition)
+        reader = self._reader(self.flow.source, p.target_topic, p.source_topic, p.partition)
+        if reader is None:
+            return None
+        return mm2_comparison(syncs, p.source_offset, reader, self.flow.number("offset.lag.max"))
 
-    def _read_syncs(self, upstream_alias: str) -> tuple[dict[TopicPartitionKey, PartitionSyncs], set[str]]:
-        """The syncs of flow {upstream_alias}->x (the flow's own on the target, or the reverse's on the source),
-        and the topics with at least one mirrored record."""
+    def _state(self, upstream_alias: str) -> offset_syncs.SyncsState:
+        """The syncs of flow {upstream_alias}->x: the flow's own on the target, or the reverse's on the source."""
         if upstream_alias not in self._syncs:
             on = self.target if upstream_alias == self.flow.source else self.source
             topic = offset_syncs.topic_name(upstream_alias, self.policy.separator)
-            positions, runs = offset_syncs.read_all(clients.settings(on, "consumer"), topic)
-            by_tp = {tp: PartitionSyncs(tuple(runs.get(tp, {}).values()), positions.get(tp))
-                     for tp in set(positions) | set(runs)}
-            self._syncs[upstream_alias] = by_tp, {t for (t, _), by_start in runs.items() if by_start}
+            self._syncs[upstream_alias] = offset_syncs.SyncsState(clients.settings(on, "consumer"), topic).refresh()
         return self._syncs[upstream_alias]
+
+    def _partition_syncs(self, upstream_alias: str, topic: str, partition: int) -> PartitionSyncs:
+        state = self._state(upstream_alias)
+        anchors = state.anchor_list((topic, partition))
+        position = state.positions.get((topic, partition))
+        if position is not None and position.batch_first is not None and (
+                not anchors or position.batch_first.downstream > anchors[-1].downstream):
+            anchors.append(position.batch_first)  # a batch whose anchor the driver has not written yet
+        return PartitionSyncs(tuple(anchors), position)
+
+    def _reader(self, upstream_alias: str, remote_topic: str, topic: str, partition: int) -> TargetReader | None:
+        if not self.flow.flag("mirrorflow.provenance.header.enabled"):
+            return None
+        if upstream_alias not in self._readers:
+            on = self.target if upstream_alias == self.flow.source else self.source
+            self._readers[upstream_alias] = TargetRecords(clients.settings(on, "consumer"), upstream_alias)
+        return self._readers[upstream_alias].partition(remote_topic, topic, partition)
 
     def _log_starts(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         if not partitions:
@@ -241,10 +291,18 @@ class GroupOffsets:
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.error is None}
 
 
-def translate_group(cfg: MirrorConfig, flow: Flow, group: str) -> list[PartitionTranslation]:
-    """Where `group` would resume on the flow's target, per partition; changes nothing."""
+def translate_group(cfg: MirrorConfig, flow: Flow, group: str, *, compare_mm2: bool = False
+                    ) -> list[PartitionTranslation]:
+    """Where `group` would resume on the flow's target, per partition; changes nothing. `compare_mm2` adds what
+    MirrorMaker 2's rule would answer on the same writes."""
     offsets = GroupOffsets(cfg, flow)
-    return offsets.translate(group, offsets.committed(group))
+    try:
+        translated = offsets.translate(group, offsets.committed(group))
+        if compare_mm2:
+            translated = [replace(p, mm2_offset=offsets.mm2_offset(p)) for p in translated]
+        return translated
+    finally:
+        offsets.close()
 
 
 def held(previous: Checkpoint | None, new: PartitionTranslation) -> PartitionTranslation:
@@ -275,35 +333,68 @@ def newest_checkpoint_ms(consumer_settings: Mapping[str, Any], topic: str) -> in
     return max(times, default=None)
 
 
+class CheckpointRounds:
+    """A flow's checkpoint rounds in one process: the offset syncs and the checkpoints topic are read once, then
+    only what is new (at most one checkpoint per group-partition and the syncs' bounded state are kept)."""
+
+    def __init__(self, cfg: MirrorConfig, flow: Flow) -> None:
+        self.flow = flow
+        self.offsets = GroupOffsets(cfg, flow)
+        self.topic = checkpoints_topic(self.offsets.policy, flow.source)
+        admin_sync.ensure_internal_topic(self.offsets.target_admin, flow.target, self.topic,
+                                         flow.number("checkpoints.topic.replication.factor"),
+                                         admin_sync.COMPACTED)
+        self._log = InternalLog(clients.settings(self.offsets.target, "consumer"), self.topic, "checkpoints")
+        self.previous: dict[tuple[str, str, int], Checkpoint] = {}
+        self.written = 0  # checkpoint records written by the last round (unchanged ones are not rewritten)
+
+    def close(self) -> None:
+        self._log.close()
+        self.offsets.close()
+
+    def run(self) -> list[GroupCheckpoints]:
+        """One round (see the module docstring); writes the flow's checkpoint status."""
+        offsets = self.offsets
+        for msg in self._log.catch_up():
+            if msg.value() is not None:
+                c = Checkpoint.decode(msg.key() or b"", msg.value() or b"")
+                self.previous[(c.group, c.topic, c.partition)] = c
+        groups = offsets.groups()
+        read_at = time.time()
+        committed = offsets.committed_many(groups)
+        offsets.refresh()
+        results = []
+        for group, translated in offsets.translate_many(committed).items():
+            held_back = [held(self.previous.get((p.group, p.target_topic, p.partition)), p) for p in translated]
+            if held_back:
+                results.append(GroupCheckpoints(group, held_back))
+        changed = [(r, p) for r in results for p in r.partitions
+                   if self.previous.get((p.group, p.target_topic, p.partition)) != p.checkpoint]
+        _write(offsets, self.topic, changed, read_at)
+        for _, p in changed:
+            c = p.checkpoint
+            self.previous[(c.group, c.topic, c.partition)] = c
+        self.written = len(changed)
+        if self.flow.flag("sync.group.offsets.enabled"):
+            for result in results:
+                result.group_sync = offsets.sync_to_target(result.group, result.partitions)
+        _record_status(self.flow, results)
+        return results
+
+
 def run_round(cfg: MirrorConfig, flow: Flow) -> list[GroupCheckpoints]:
-    """One checkpoint round for a flow (see the module docstring); writes the flow's checkpoint status."""
-    offsets = GroupOffsets(cfg, flow)
-    topic = checkpoints_topic(offsets.policy, flow.source)
-    admin_sync.ensure_internal_topic(offsets.target_admin, flow.target, topic,
-                                     flow.number("checkpoints.topic.replication.factor"),
-                                     {"cleanup.policy": "compact"})
-    previous = read_checkpoints(clients.settings(offsets.target, "consumer"), topic)
-    read_at: dict[str, float] = {}
-    committed = {}
-    for group in offsets.groups():
-        read_at[group] = time.time()
-        committed[group] = offsets.committed(group)
-    results = []
-    for group, by_tp in committed.items():
-        translated = [held(previous.get((p.group, p.target_topic, p.partition)), p)
-                      for p in offsets.translate(group, by_tp)]
-        if translated:
-            results.append(GroupCheckpoints(group, translated))
-    _write(offsets, topic, results, read_at)
-    if flow.flag("sync.group.offsets.enabled"):
-        for result in results:
-            result.group_sync = offsets.sync_to_target(result.group, result.partitions)
-    _record_status(flow, results)
-    return results
+    """One checkpoint round for a flow, in a process of its own (a command, an Airflow task)."""
+    rounds = CheckpointRounds(cfg, flow)
+    try:
+        return rounds.run()
+    finally:
+        rounds.close()
 
 
-def _write(offsets: GroupOffsets, topic: str, results: Sequence[GroupCheckpoints], read_at: Mapping[str, float]
-           ) -> None:
+def _write(offsets: GroupOffsets, topic: str, changed: Sequence[tuple[GroupCheckpoints, PartitionTranslation]],
+           read_at: float) -> None:
+    if not changed:
+        return
     producer = clients.producer(offsets.target, **{"acks": "all", "enable.idempotence": True})
     failures: list[str] = []
 
@@ -312,18 +403,25 @@ def _write(offsets: GroupOffsets, topic: str, results: Sequence[GroupCheckpoints
             if err is not None:
                 failures.append(err.str())
             else:
-                result.latency_ms[key] = (time.time() - read_at[result.group]) * 1000
+                result.latency_ms[key] = (time.time() - read_at) * 1000
         return on_delivery
 
-    for result in results:
-        for p in result.partitions:
-            c = p.checkpoint
-            producer.produce(topic, c.value(), c.key(), partition=0,
-                             on_delivery=acked(result, (p.source_topic, p.partition)))
-            producer.poll(0)
+    for result, p in changed:
+        c = p.checkpoint
+        _produce(producer, topic, c.value(), c.key(), acked(result, (p.source_topic, p.partition)))
     if producer.flush(admin_sync.TIMEOUT_S) > 0 or failures:
         cause = failures[0] if failures else f"not acknowledged within {admin_sync.TIMEOUT_S:.0f} s"
         raise OperationalError(f"cannot write checkpoints to {offsets.target.alias} {topic}: {cause}")
+
+
+def _produce(producer: Any, topic: str, value: bytes, key: bytes, on_delivery: Any) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=0, on_delivery=on_delivery)
+            producer.poll(0)
+            return
+        except BufferError:
+            producer.poll(0.1)
 
 
 def _record_status(flow: Flow, results: Sequence[GroupCheckpoints]) -> None:
@@ -357,13 +455,23 @@ def loop(cfg: MirrorConfig, flows: Sequence[Flow], report: Callable[[Flow, list[
     resume by themselves after an outage.
     """
     due = dict.fromkeys((f.name for f in flows), 0.0)
-    while not stop.is_set():
-        for flow in flows:
-            if time.monotonic() < due[flow.name]:
-                continue
-            due[flow.name] = time.monotonic() + flow.number("emit.checkpoints.interval.seconds")
-            try:
-                report(flow, run_round(cfg, flow))
-            except OperationalError as exc:
-                log.error("flow %s: checkpoint round failed: %s", flow.name, exc)
-        stop.wait(max(0.1, min(due.values()) - time.monotonic()))
+    rounds: dict[str, CheckpointRounds] = {}
+    try:
+        while not stop.is_set():
+            for flow in flows:
+                if time.monotonic() < due[flow.name]:
+                    continue
+                due[flow.name] = time.monotonic() + flow.number("emit.checkpoints.interval.seconds")
+                try:
+                    if flow.name not in rounds:
+                        rounds[flow.name] = CheckpointRounds(cfg, flow)
+                    report(flow, rounds[flow.name].run())
+                except OperationalError as exc:
+                    log.error("flow %s: checkpoint round failed: %s", flow.name, exc)
+                    failed = rounds.pop(flow.name, None)
+                    if failed is not None:
+                        failed.close()
+            stop.wait(max(0.1, min(due.values()) - time.monotonic()))
+    finally:
+        for r in rounds.values():
+            r.close()

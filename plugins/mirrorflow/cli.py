@@ -492,7 +492,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
 
     cfg = load_config(args)
     flow = cfg.flow(f"{args.source}->{args.target}")
-    rows = checkpoints.translate_group(cfg, flow, args.group)
+    rows = checkpoints.translate_group(cfg, flow, args.group, compare_mm2=True)
     lines = [f"group {args.group}, {flow.name}: {len(rows)} partition(s)"]
     for r in rows:
         mm2 = "" if r.mm2_offset is None else f"  (MM2's rule: {r.mm2_offset})"

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient
 
 from mirrorflow.client_config import to_librdkafka
 from mirrorflow.config import Cluster
-from mirrorflow.errors import OperationalError
+from mirrorflow.internal_log import InternalLog
 
 _quiet = False
 
@@ -52,34 +51,12 @@ def read_to_end(consumer_settings: Mapping[str, Any], topic: str, what: str, *, 
                 timeout_s: float = 30.0) -> Iterator[Message]:
     """Every committed record of one partition, from its start to the end it had when reading began.
 
-    For mirrorflow's and MM2's compacted internal topics (offset syncs, checkpoints, heartbeats). A topic
-    that does not exist yet reads as empty.
+    For a one-off read of mirrorflow's and MM2's compacted internal topics (checkpoints, heartbeats); a
+    long-lived reader keeps an InternalLog instead. A topic that does not exist yet reads as empty;
+    `timeout_s` is how long the read may make no progress.
     """
-    consumer = Consumer({**consumer_settings, "group.id": "mirrorflow-internal-reader", "enable.auto.commit": False,
-                         "isolation.level": "read_committed", "enable.partition.eof": True})
+    log = InternalLog(consumer_settings, topic, what, partition=partition, idle_timeout_s=timeout_s)
     try:
-        try:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
-        except KafkaException as exc:
-            if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                return
-            raise
-        if high <= low:
-            return
-        consumer.assign([TopicPartition(topic, partition, low)])
-        deadline = time.monotonic() + timeout_s
-        done = False
-        while not done:
-            if time.monotonic() > deadline:
-                raise OperationalError(f"{what} {topic}: not read to its end within {timeout_s:.0f} s")
-            for msg in consumer.consume(10_000, 1.0):
-                error = msg.error()
-                if error is not None:
-                    done = done or error.code() == KafkaError._PARTITION_EOF
-                    continue
-                yield msg
-                done = done or (msg.offset() or 0) >= high - 1
-    except KafkaException as exc:
-        raise OperationalError(f"{what} {topic}: {exc.args[0].str()}") from None
+        yield from log.catch_up()
     finally:
-        consumer.close()
+        log.close()

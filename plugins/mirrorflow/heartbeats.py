@@ -78,7 +78,7 @@ class HeartbeatEmitter:
     def start(self) -> None:
         admin_sync.ensure_internal_topic(clients.admin(self.target), self.target.alias, HEARTBEATS_TOPIC,
                                          self.flow.number("heartbeats.topic.replication.factor"),
-                                         {"cleanup.policy": "compact"})
+                                         admin_sync.COMPACTED)
         self._thread.start()
 
     def stop(self) -> None:

@@ -67,6 +67,10 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("admin.timeout.ms", "int", "60000"),
     Key("mirrorflow.provenance.header.enabled", "bool", "true"),
     Key("mirrorflow.audit.schedule", "str", "0 * * * *"),
+    # Offset-sync anchors kept per source partition (with its position: 256 live records), and their
+    # spacing near the head in target offsets (anchors.py).
+    Key("mirrorflow.offset-syncs.anchors.max", "int", "255"),
+    Key("mirrorflow.offset-syncs.anchors.spacing", "int", "1000"),
 )
 
 # Keys valid at top level only.

@@ -61,7 +61,7 @@ class Requested:
 def _ensure_states_topic(cfg: MirrorConfig, flow: Flow, admin: AdminClient) -> None:
     admin_sync.ensure_internal_topic(admin, flow.target, STATES_TOPIC,
                                      flow.number("offset-syncs.topic.replication.factor"),
-                                     {"cleanup.policy": "compact"})
+                                     admin_sync.COMPACTED)
 
 
 def requested(cfg: MirrorConfig, flow: Flow) -> Requested:
@@ -191,8 +191,10 @@ class FlowHealth:
                 "behind": [{"topic": b.topic, "partition": b.partition, "records": b.records} for b in self.behind()]}
 
 
-def lags(cfg: MirrorConfig, flow: Flow) -> list[PartitionLag]:
-    """Per replicated source partition (heartbeats topics aside): its end and what the flow has mirrored of it."""
+def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_syncs.SyncsState | None = None) -> list[PartitionLag]:
+    """Per replicated source partition (heartbeats topics aside): its end and what the flow has mirrored of it.
+
+    `syncs`: a long-lived view of the flow's offset syncs, refreshed with what is new (else read once)."""
     source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
     source_admin = clients.admin(source, **{"socket.timeout.ms": 10_000})
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
@@ -202,8 +204,11 @@ def lags(cfg: MirrorConfig, flow: Flow) -> list[PartitionLag]:
     ends = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
                               IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
     starts = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-    positions, _ = offset_syncs.read(clients.settings(target, "consumer"),
-                                     offset_syncs.topic_name(flow.source, flow.policy.separator))
+    if syncs is None:
+        positions = offset_syncs.read(clients.settings(target, "consumer"),
+                                      offset_syncs.topic_name(flow.source, flow.policy.separator)).positions
+    else:
+        positions = syncs.refresh().positions
     mirrored = {tp: max(positions[tp].upstream_next if tp in positions else 0, starts[tp]) for tp in partitions}
     behind = [tp for tp in partitions if ends[tp] > mirrored[tp]]
     oldest = _first_timestamps(clients.settings(source, "consumer"), {tp: mirrored[tp] for tp in behind})
@@ -291,15 +296,21 @@ def wait_caught_up(cfg: MirrorConfig, flow: Flow, timeout_s: float,
                    progress: Callable[[list[PartitionLag]], None] = lambda _: None) -> list[PartitionLag]:
     """Wait until every replicated partition's lag is 0; raises naming the partitions still behind."""
     deadline = time.monotonic() + timeout_s
-    while True:
-        measured = lags(cfg, flow)
-        behind = [lag for lag in measured if lag.records]
-        if not behind:
-            return measured
-        progress(behind)
-        if time.monotonic() >= deadline:
-            named = ", ".join(f"{b.topic}-{b.partition} ({b.records} behind)" for b in behind[:5])
-            more = f" and {len(behind) - 5} more" if len(behind) > 5 else ""
-            raise OperationalError(f"flow {flow.name}: still behind after {timeout_s:.0f} s: {named}{more}")
-        time.sleep(2)
+    target = cfg.cluster(flow.target)
+    syncs = offset_syncs.SyncsState(clients.settings(target, "consumer"),
+                                    offset_syncs.topic_name(flow.source, flow.policy.separator))
+    try:
+        while True:
+            measured = lags(cfg, flow, syncs)
+            behind = [lag for lag in measured if lag.records]
+            if not behind:
+                return measured
+            progress(behind)
+            if time.monotonic() >= deadline:
+                named = ", ".join(f"{b.topic}-{b.partition} ({b.records} behind)" for b in behind[:5])
+                more = f" and {len(behind) - 5} more" if len(behind) > 5 else ""
+                raise OperationalError(f"flow {flow.name}: still behind after {timeout_s:.0f} s: {named}{more}")
+            time.sleep(2)
+    finally:
+        syncs.close()
 

@@ -153,6 +153,13 @@ class FlowMetrics:
             for tp, end in ends.items():
                 self.partitions.setdefault(tp, PartitionMetrics()).source_end = end
 
+    def forget(self, topics: Iterable[str]) -> None:
+        """Drop the partitions of topics that no longer exist: the metrics stay proportional to live partitions."""
+        gone = set(topics)
+        with self._lock:
+            for tp in [tp for tp in self.partitions if tp[0] in gone]:
+                del self.partitions[tp]
+
     def set_state(self, state: str, error: str = "") -> None:
         with self._lock:
             self.state, self.error = state, error

@@ -1,38 +1,40 @@
 """Offset syncs: which upstream (source) offsets landed at which downstream (target) offsets.
 
-MM2 samples one (upstream, downstream) pair every `offset.lag.max` records, which is why its
-translated group offsets re-read records after a failover. The stream records every mirrored record
-instead, compressed into runs: a run says upstream offsets `u .. u+n-1` landed at downstream
-`d .. d+n-1`. A gap on either side (transaction markers, compaction, refused records, another
-writer) starts a new run. Beside the runs, one position per partition says how far the flow has
-read the source (`upstream_next`, exclusive) and where its next record will land (`downstream_next`).
+MM2 samples one (upstream, downstream) pair every `offset.lag.max` records, which is why its translated
+group offsets re-read records after a failover. The stream keeps exact translation without keeping every
+pair: per source partition it keeps at most `limit` anchors (anchors.py) and resolves any offset between
+two anchors from the provenance headers of the mirrored records themselves (translation.py). Beside the
+anchors, one position per partition says how far the flow has read the source (`upstream_next`,
+exclusive), where its next record will land (`downstream_next`), and where the newest batch's first
+record landed (so a reader sees a replay before the driver has recorded its anchor).
 
-Both live in one compacted topic per flow on the target, `mirrorflow-offset-syncs.{source}.internal`:
-a run is keyed by its first upstream offset, so compaction keeps every run (and a run that grows is
-rewritten under the same key); a position is keyed by its partition, so only the newest survives.
-Wire format (Kafka protocol types, big-endian; strings are int16 length + UTF-8):
-  run key       {kind: int16 = 0, topic: string, partition: int32, upstream: int64}
-  run value     {version: int16 = 0, downstream: int64, length: int64}
-  position key  {kind: int16 = 1, topic: string, partition: int32}
-  position value{version: int16 = 0, upstream_next: int64, downstream_next: int64}
-
-Invariants of `runs_of`, each tested:
-  A. expanding the runs gives back exactly the (upstream, downstream) pairs, in order;
-  B. runs are maximal: two neighbouring runs never continue each other on both sides;
-  C. upstream and downstream strictly increase across runs when they did in the pairs.
+Both live in one compacted topic per flow on the target, `mirrorflow-offset-syncs.{source}.internal`.
+An anchor is keyed by its slot, so compaction keeps at most `limit` of them per partition; a position
+by its partition. Wire format (Kafka protocol types, big-endian; strings are int16 length + UTF-8;
+-1 stands for "none" on the wire only):
+  anchor key      {kind: int16 = 2, topic: string, partition: int32, slot: int16}
+  anchor value    {version: int16 = 0, upstream: int64, downstream: int64, flags: int16 (1 barrier, 2 origin)}
+  position key    {kind: int16 = 1, topic: string, partition: int32}
+  position value  {version: int16 = 1, upstream_next: int64, downstream_next: int64,
+                   batch_upstream: int64, batch_downstream: int64, flags: int16 (1 replay)}
+                  (version 0 ends after downstream_next)
+  run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
+                  consecutive offsets, never bounded); read once, turned into anchors and tombstoned.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mirrorflow import wire
+from mirrorflow.anchors import Anchor
 
-_RUN, _POSITION = 0, 1
-_VERSION = 0
+_RUN, _POSITION, _ANCHOR = 0, 1, 2
+_BARRIER, _ORIGIN, _REPLAY = 1, 2, 1
+TopicPartition = tuple[str, int]
 
 
 def topic_name(source_alias: str, separator: str = ".") -> str:
@@ -43,28 +45,26 @@ def is_offset_syncs_topic(topic: str) -> bool:
     return topic.startswith("mirrorflow-offset-syncs")
 
 
+def _partition_key(kind: int, topic: str, partition: int) -> bytes:
+    return struct.pack(">h", kind) + wire.string(topic) + struct.pack(">i", partition)
+
+
 @dataclass(frozen=True)
-class OffsetRun:
+class AnchorRecord:
     topic: str
     partition: int
-    upstream: int
-    downstream: int
-    length: int
-
-    @property
-    def upstream_end(self) -> int:
-        """One past the last upstream offset of the run."""
-        return self.upstream + self.length
-
-    @property
-    def downstream_end(self) -> int:
-        return self.downstream + self.length
+    slot: int
+    anchor: Anchor | None  # None: the slot's tombstone
 
     def key(self) -> bytes:
-        return struct.pack(">h", _RUN) + wire.string(self.topic) + struct.pack(">iq", self.partition, self.upstream)
+        return _partition_key(_ANCHOR, self.topic, self.partition) + struct.pack(">h", self.slot)
 
-    def value(self) -> bytes:
-        return struct.pack(">hqq", _VERSION, self.downstream, self.length)
+    def value(self) -> bytes | None:
+        a = self.anchor
+        if a is None:
+            return None
+        return struct.pack(">hqqh", 0, a.upstream, a.downstream, (_BARRIER if a.barrier else 0)
+                           | (_ORIGIN if a.origin else 0))
 
 
 @dataclass(frozen=True)
@@ -73,82 +73,148 @@ class Position:
     partition: int
     upstream_next: int
     downstream_next: int
+    batch_first: Anchor | None = None  # the newest batch's first mirrored record; barrier if it may replay
 
     def key(self) -> bytes:
-        return struct.pack(">h", _POSITION) + wire.string(self.topic) + struct.pack(">i", self.partition)
+        return _partition_key(_POSITION, self.topic, self.partition)
 
     def value(self) -> bytes:
-        return struct.pack(">hqq", _VERSION, self.upstream_next, self.downstream_next)
+        first = self.batch_first
+        return struct.pack(">hqqqqh", 1, self.upstream_next, self.downstream_next,
+                           first.upstream if first else -1, first.downstream if first else -1,
+                           _REPLAY if first is not None and first.barrier else 0)
 
 
-def decode(key: bytes, value: bytes | None) -> OffsetRun | Position | None:
-    """The record an offset-syncs topic entry holds; None for a tombstone."""
-    if value is None:
-        return None
+@dataclass(frozen=True)
+class OffsetRun:
+    """The record of mirrorflow versions before anchors: upstream u..u+n-1 landed at d..d+n-1."""
+
+    topic: str
+    partition: int
+    upstream: int
+    downstream: int
+    length: int
+
+    def key(self) -> bytes:
+        return _partition_key(_RUN, self.topic, self.partition) + struct.pack(">q", self.upstream)
+
+    def value(self) -> bytes:
+        return struct.pack(">hqq", 0, self.downstream, self.length)
+
+
+def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition, AnchorRecord | Position | OffsetRun | None]:
+    """The partition an offset-syncs entry is about, and what it holds (None: a tombstone of a position or run)."""
     (kind,) = struct.unpack_from(">h", key, 0)
     topic, at = wire.read_string(key, 2)
-    if kind == _RUN:
-        partition, upstream = struct.unpack_from(">iq", key, at)
-        _, downstream, length = struct.unpack(">hqq", value)
-        return OffsetRun(topic, partition, upstream, downstream, length)
+    (partition,) = struct.unpack_from(">i", key, at)
+    at += 4
+    if kind == _ANCHOR:
+        (slot,) = struct.unpack_from(">h", key, at)
+        if value is None:
+            return (topic, partition), AnchorRecord(topic, partition, slot, None)
+        _, upstream, downstream, flags = struct.unpack(">hqqh", value)
+        anchor = Anchor(upstream, downstream, barrier=bool(flags & _BARRIER), origin=bool(flags & _ORIGIN))
+        return (topic, partition), AnchorRecord(topic, partition, slot, anchor)
+    if value is None:
+        return (topic, partition), None
     if kind == _POSITION:
-        (partition,) = struct.unpack_from(">i", key, at)
-        _, upstream_next, downstream_next = struct.unpack(">hqq", value)
-        return Position(topic, partition, upstream_next, downstream_next)
+        (version,) = struct.unpack_from(">h", value, 0)
+        _, upstream_next, downstream_next = struct.unpack_from(">hqq", value, 0)
+        first = None
+        if version >= 1:
+            fu, fd, flags = struct.unpack_from(">qqh", value, 18)
+            first = Anchor(fu, fd, barrier=bool(flags & _REPLAY)) if fd >= 0 else None
+        return (topic, partition), Position(topic, partition, upstream_next, downstream_next, first)
+    if kind == _RUN:
+        (upstream,) = struct.unpack_from(">q", key, at)
+        _, downstream, length = struct.unpack(">hqq", value)
+        return (topic, partition), OffsetRun(topic, partition, upstream, downstream, length)
     raise ValueError(f"unknown offset-sync record kind {kind}")
 
 
-def runs_of(topic: str, partition: int, pairs: Sequence[tuple[int, int]]) -> list[OffsetRun]:
-    """Compress (upstream, downstream) pairs of one partition, in write order, into maximal runs."""
-    out: list[OffsetRun] = []
-    if not pairs:
-        return out
-    start_u, start_d = pairs[0]
-    prev_u, prev_d = start_u, start_d
-    for u, d in pairs[1:]:
-        if u != prev_u + 1 or d != prev_d + 1:
-            out.append(OffsetRun(topic, partition, start_u, start_d, prev_u - start_u + 1))
-            start_u, start_d = u, d
-        prev_u, prev_d = u, d
-    out.append(OffsetRun(topic, partition, start_u, start_d, prev_u - start_u + 1))
+def anchors_of_runs(runs: Iterable[OffsetRun]) -> list[Anchor]:
+    """Anchors equivalent to the old dense runs: each run's first and last record. A run that does not continue
+    its predecessor on both sides may follow records the runs never named (a failed attempt): a barrier."""
+    out: list[Anchor] = []
+    previous: OffsetRun | None = None
+    for run in sorted(runs, key=lambda r: r.downstream):
+        continues = (previous is not None and run.upstream > previous.upstream + previous.length - 1
+                     and run.downstream == previous.downstream + previous.length)
+        out.append(Anchor(run.upstream, run.downstream, barrier=not continues, origin=previous is None))
+        if run.length > 1:
+            out.append(Anchor(run.upstream + run.length - 1, run.downstream + run.length - 1))
+        previous = run
     return out
 
 
-def continued(previous: OffsetRun | None, runs: list[OffsetRun]) -> list[OffsetRun]:
-    """The runs to write when `runs` follow `previous`: its first one merged into `previous` if it continues it."""
-    if previous is None or not runs:
-        return runs
-    first = runs[0]
-    if first.upstream == previous.upstream_end and first.downstream == previous.downstream_end:
-        merged = OffsetRun(previous.topic, previous.partition, previous.upstream, previous.downstream,
-                           previous.length + first.length)
-        return [merged, *runs[1:]]
-    return runs
+class SyncsState:
+    """A flow's offset syncs as the topic says now: positions, anchors by slot, and not yet migrated runs.
+
+    Bounded by the topic's live content: at most one position and `limit` anchors per partition (runs only
+    until the stream migrates them). Kept up to date incrementally by `refresh()` (one long-lived reader).
+    """
+
+    def __init__(self, consumer_settings: Mapping[str, Any], topic: str, idle_timeout_s: float = 30.0) -> None:
+        from mirrorflow.internal_log import InternalLog
+
+        self.positions: dict[TopicPartition, Position] = {}
+        self.anchors: dict[TopicPartition, dict[int, Anchor]] = {}
+        self.runs: dict[TopicPartition, dict[int, OffsetRun]] = {}
+        self._log = InternalLog(consumer_settings, topic, "offset syncs", idle_timeout_s=idle_timeout_s)
+
+    def refresh(self) -> SyncsState:
+        for msg in self._log.catch_up():
+            tp, record = decode(msg.key() or b"", msg.value())
+            if isinstance(record, AnchorRecord):
+                slots = self.anchors.setdefault(tp, {})
+                if record.anchor is None:
+                    slots.pop(record.slot, None)
+                else:
+                    slots[record.slot] = record.anchor
+            elif isinstance(record, Position):
+                self.positions[tp] = record
+            elif isinstance(record, OffsetRun):
+                self.runs.setdefault(tp, {})[record.upstream] = record
+            elif msg.value() is None:
+                self._forget_key(tp, msg.key() or b"")
+        return self
+
+    def _forget_key(self, tp: TopicPartition, key: bytes) -> None:
+        (kind,) = struct.unpack_from(">h", key, 0)
+        if kind == _POSITION:
+            self.positions.pop(tp, None)
+        elif kind == _RUN:
+            (upstream,) = struct.unpack_from(">q", key, len(key) - 8)
+            self.runs.get(tp, {}).pop(upstream, None)
+
+    def partitions(self) -> set[TopicPartition]:
+        return (set(self.positions) | {tp for tp, a in self.anchors.items() if a}
+                | {tp for tp, r in self.runs.items() if r})
+
+    def mirrored_topics(self) -> set[str]:
+        """Topics with at least one mirrored record."""
+        return ({t for (t, _), a in self.anchors.items() if a} | {t for (t, _), r in self.runs.items() if r}
+                | {t for (t, _), p in self.positions.items() if p.batch_first is not None})
+
+    def anchor_list(self, tp: TopicPartition) -> list[Anchor]:
+        """The partition's anchors in write order (old runs turned into anchors when not yet migrated)."""
+        stored = sorted(self.anchors.get(tp, {}).values(), key=lambda a: a.downstream)
+        if not stored and self.runs.get(tp):
+            stored = anchors_of_runs(self.runs[tp].values())
+        return stored
+
+    def live_records(self) -> int:
+        return (len(self.positions) + sum(len(a) for a in self.anchors.values())
+                + sum(len(r) for r in self.runs.values()))
+
+    def close(self) -> None:
+        self._log.close()
 
 
-def expand(runs: Iterable[OffsetRun]) -> list[tuple[int, int]]:
-    return [(r.upstream + i, r.downstream + i) for r in runs for i in range(r.length)]
-
-
-
-def read_all(consumer_settings: Mapping[str, Any], topic: str, timeout_s: float = 30.0
-             ) -> tuple[dict[tuple[str, int], Position], dict[tuple[str, int], dict[int, OffsetRun]]]:
-    """Every position, and every surviving run keyed by its first upstream offset, per topic partition."""
-    from mirrorflow.clients import read_to_end
-
-    positions: dict[tuple[str, int], Position] = {}
-    runs: dict[tuple[str, int], dict[int, OffsetRun]] = {}
-    for msg in read_to_end(consumer_settings, topic, "offset syncs", timeout_s=timeout_s):
-        record = decode(msg.key() or b"", msg.value())
-        if isinstance(record, Position):
-            positions[(record.topic, record.partition)] = record
-        elif isinstance(record, OffsetRun):
-            runs.setdefault((record.topic, record.partition), {})[record.upstream] = record
-    return positions, runs
-
-
-def read(consumer_settings: Mapping[str, Any], topic: str,
-         timeout_s: float = 30.0) -> tuple[dict[tuple[str, int], Position], dict[tuple[str, int], OffsetRun]]:
-    """The committed positions and the newest run of every partition in an offset-syncs topic."""
-    positions, runs = read_all(consumer_settings, topic, timeout_s)
-    return positions, {tp: max(by_start.values(), key=lambda r: r.upstream) for tp, by_start in runs.items()}
+def read(consumer_settings: Mapping[str, Any], topic: str, timeout_s: float = 30.0) -> SyncsState:
+    """The offset syncs once (for commands); a long-lived user keeps a SyncsState and refreshes it."""
+    state = SyncsState(consumer_settings, topic, timeout_s)
+    try:
+        return state.refresh()
+    finally:
+        state.close()

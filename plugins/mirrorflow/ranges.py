@@ -32,6 +32,7 @@ from mirrorflow import admin_sync, clients, offset_syncs, selection, translation
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError
 from mirrorflow.policy import is_heartbeats_topic
+from mirrorflow.target_reader import TargetRecords
 
 EARLIEST = -2
 
@@ -145,19 +146,24 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
         starts = earliest
     remote = {t: flow.policy.remote_topic(flow.source, t) for t, _ in partitions}
     floors = _target_floors(target_admin, target.alias, [(remote[t], p) for t, p in partitions], window.from_ms)
-    positions, runs = offset_syncs.read_all(clients.settings(target, "consumer"),
-                                            offset_syncs.topic_name(flow.source, flow.policy.separator))
+    syncs_state = offset_syncs.read(clients.settings(target, "consumer"),
+                                    offset_syncs.topic_name(flow.source, flow.policy.separator))
+    records = TargetRecords(clients.settings(target, "consumer"), flow.source)
     out = []
-    for t, p in partitions:
-        end = ends[(t, p)]
-        start = min(max(starts[(t, p)], earliest[(t, p)]), end)
-        syncs = translation.PartitionSyncs(tuple(runs.get((t, p), {}).values()), positions.get((t, p)))
-        floor = floors[(remote[t], p)]
-        translated = translation.target_offset(syncs, start).offset if syncs.runs else None
-        if floor >= 0 and translated is not None:
-            floor = translated if window.from_ms is None else min(floor, translated)
-        position = positions.get((t, p))
-        out.append(SourceRange(t, p, start, end, remote[t], position.upstream_next if position else None, floor))
+    try:
+        for t, p in partitions:
+            end = ends[(t, p)]
+            start = min(max(starts[(t, p)], earliest[(t, p)]), end)
+            position = syncs_state.positions.get((t, p))
+            syncs = translation.PartitionSyncs(tuple(syncs_state.anchor_list((t, p))), position)
+            floor = floors[(remote[t], p)]
+            translated = (translation.target_offset(syncs, start, records.partition(remote[t], t, p)).offset
+                          if syncs.anchors else None)
+            if floor >= 0 and translated is not None:
+                floor = translated if window.from_ms is None else min(floor, translated)
+            out.append(SourceRange(t, p, start, end, remote[t], position.upstream_next if position else None, floor))
+    finally:
+        records.close()
     return out
 
 

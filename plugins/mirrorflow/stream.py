@@ -4,7 +4,9 @@ Per micro-batch (Spark's Kafka source, `subscribePattern` covering the flow's to
   1. read the batch's end offsets from the query's offset log: every source partition in the batch;
   2. create or grow the remote topics of partitions not seen before (before any record is written);
   3. mirror each source partition in its own task (stream_writer), one summary row back per partition;
-  4. fold the summaries into the flow's positions and metrics.
+  4. fold the summaries into the flow's positions, offset-sync anchors (anchors.py) and metrics; write the
+     anchors that changed. Every minute, drop the anchors no offset still on the source needs and the
+     state of topics deleted on the source.
 Spark commits the batch only after step 3 returned, and step 3 returns only after the target
 acknowledged every record: the checkpoint never runs ahead of the target.
 
@@ -27,20 +29,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka.admin import OffsetSpec
 from py4j.protocol import Py4JError
 
 from mirrorflow import admin_sync, clients, lifecycle, metrics, offset_syncs, selection, spark_session, stream_writer
+from mirrorflow.anchors import Anchor, PartitionAnchors
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
 from mirrorflow.flow_lease import FlowLease
 from mirrorflow.heartbeats import HeartbeatEmitter
-from mirrorflow.offset_syncs import OffsetRun, Position
+from mirrorflow.offset_syncs import AnchorRecord, OffsetRun, Position
 from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
+_PRUNE_EVERY_S = 60.0
+_SyncRecord = Any  # AnchorRecord | Position | OffsetRun | _Tombstone: each has key() and value()
 _LEASE_REGAINED = "lease regained"
 
 
@@ -87,7 +93,14 @@ class _Driver:
         self.source_admin = clients.admin(self.source)
         self.target_admin = clients.admin(self.target)
         self.mirrored: dict[tuple[str, int], int] = {}
-        self.last_runs: dict[tuple[str, int], OffsetRun] = {}
+        self.downstream_next: dict[tuple[str, int], int] = {}
+        # Bounded: `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
+        self.anchors: dict[tuple[str, int], PartitionAnchors] = {}
+        self.anchor_limit = flow.number("mirrorflow.offset-syncs.anchors.max")
+        self.anchor_spacing = flow.number("mirrorflow.offset-syncs.anchors.spacing")
+        self.first_batch_of_query = True
+        self.prune_due = 0.0
+        self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
         self.stop_requested = threading.Event()
         self.lease: FlowLease | None = None
@@ -100,7 +113,7 @@ class _Driver:
     def prepare(self) -> None:
         admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
                                          self.flow.number("offset-syncs.topic.replication.factor"),
-                                         {"cleanup.policy": "compact"})
+                                         admin_sync.COMPACTED)
         consumer_settings = self.consumer_settings
         self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
         self.lease.acquire()
@@ -109,8 +122,7 @@ class _Driver:
         if self.exactly_once:
             stream_writer.fence(self.flow.name, self.flow.source, self.flow.target,
                                 self.producer_settings, self._source_partitions())
-        positions, self.last_runs = offset_syncs.read(consumer_settings, self.syncs_topic)
-        self.mirrored = {tp: p.upstream_next for tp, p in positions.items()}
+        self._load_syncs()
         self.metrics.observe_source_ends({})
         if self.flow.flag("emit.heartbeats.enabled"):
             self.heartbeats = HeartbeatEmitter(self.flow, self.target)
@@ -122,6 +134,79 @@ class _Driver:
         mode = "exactly-once" if self.exactly_once else "at-least-once"
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
+
+    def _load_syncs(self) -> None:
+        """Positions and anchors from the offset syncs; runs of older versions become anchors (and tombstones)."""
+        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+        self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
+        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items()}
+        records: list[_SyncRecord] = []
+        migrated = 0
+        for tp in syncs.partitions():
+            slots = syncs.anchors.get(tp, {})
+            store = PartitionAnchors(self.anchor_limit, self.anchor_spacing, slots.items())
+            if not slots and syncs.runs.get(tp):
+                for anchor in offset_syncs.anchors_of_runs(syncs.runs[tp].values()):
+                    store.append(anchor)
+                migrated += len(syncs.runs[tp])
+            for run in syncs.runs.get(tp, {}).values():
+                records.append(run)
+            position = syncs.positions.get(tp)
+            newest = store.last
+            if position is not None and position.batch_first is not None and (
+                    newest is None or position.batch_first.downstream > newest.downstream):
+                store.append(position.batch_first)  # the driver stopped before it recorded that batch
+            self.anchors[tp] = store
+        self._write_syncs(records + self._anchor_writes(), tombstone_runs=True)
+        if migrated:
+            log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
+
+    def _anchor_writes(self) -> list[_SyncRecord]:
+        return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
+                for slot, anchor in store.drain().items()]
+
+    def _write_syncs(self, records: list[_SyncRecord], *, tombstone_runs: bool = False) -> None:
+        if not records:
+            return
+        if self.position_producer is None:
+            self.position_producer = clients.producer(self.target, **{"acks": "all", "enable.idempotence": True})
+        for record in records:
+            value = None if isinstance(record, OffsetRun) and tombstone_runs else record.value()
+            self.position_producer.produce(self.syncs_topic, value, record.key(), partition=0)
+            self.position_producer.poll(0)
+        if self.position_producer.flush(60) > 0:
+            raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}")
+
+    def _prune(self) -> list[_SyncRecord]:
+        """Every minute: anchors below the source's log start go, and so does the state of deleted topics (after
+        two looks in a row, so that one incomplete metadata answer deletes nothing)."""
+        if time.monotonic() < self.prune_due:
+            return []
+        self.prune_due = time.monotonic() + _PRUNE_EVERY_S
+        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        known = set(self.anchors) | set(self.mirrored)
+        missing = {t for t, _ in known if t not in counts}
+        gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
+        records: list[_SyncRecord] = []
+        for tp in sorted(tp for tp in known if tp[0] in gone):
+            store = self.anchors.pop(tp, None)
+            records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
+            records.append(_Tombstone(Position(tp[0], tp[1], -1, -1)))
+            self.mirrored.pop(tp, None)
+            self.downstream_next.pop(tp, None)
+        if gone:
+            for topic in gone:
+                self.ready.pop(topic, None)
+            self.metrics.forget(gone)
+            log.info("flow %s: source topic(s) %s deleted: their offset syncs removed", self.flow.name,
+                     ", ".join(sorted(gone)))
+        live = [tp for tp in self.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
+        starts = admin_sync.offsets(self.source_admin, self.source.alias, live,
+                                   OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        pruned = sum(self.anchors[tp].prune_below(start) for tp, start in starts.items())
+        if pruned:
+            log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
+        return records
 
     def _stop_requested(self, wanted: lifecycle.Requested) -> None:
         log.info("flow %s: %s; finishing the running batch, then stopping", self.flow.name, wanted.line())
@@ -232,6 +317,7 @@ class _Driver:
     # -- the query -----------------------------------------------------------------------------
 
     def _start_query(self) -> Any:
+        self.first_batch_of_query = True
         reader = self.spark.readStream.format("kafka")
         for key, value in self._source_options().items():
             reader = reader.option(key, value)
@@ -292,35 +378,33 @@ class _Driver:
         for r in rows:
             tp = (r["topic"], r["partition"])
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
-            if r["run_length"] > 0:
-                self.last_runs[tp] = OffsetRun(tp[0], tp[1], r["run_upstream"], r["run_downstream"],
-                                               r["run_length"])
+            if r["first_downstream"] is not None:
+                store = self.anchors.get(tp)
+                fresh = store is None and tp not in self.downstream_next
+                if store is None:
+                    store = self.anchors[tp] = PartitionAnchors(self.anchor_limit, self.anchor_spacing)
+                store.record_batch(Anchor(r["first_upstream"], r["first_downstream"]),
+                                   Anchor(r["last_upstream"], r["last_downstream"]), replay=r["replay"], fresh=fresh)
+            if r["downstream_next"] >= 0:
+                self.downstream_next[tp] = r["downstream_next"]
         quiet = {tp: end for tp, end in ends.items() if tp[0] in replicated and end > self.mirrored.get(tp, -1)}
-        self._advance_positions(quiet)
-        self.metrics.observe(rows)
-
-    def _advance_positions(self, ends: Mapping[tuple[str, int], int]) -> None:
-        """Record the positions of partitions whose batch held no visible record (markers, aborted ones)."""
-        if not ends:
-            return
-        if self.position_producer is None:
-            self.position_producer = clients.producer(self.target, **{"acks": "all", "enable.idempotence": True})
-        for tp, end in ends.items():
-            last = self.last_runs.get(tp)
-            position = Position(tp[0], tp[1], end, last.downstream_end if last else -1)
-            self.position_producer.produce(self.syncs_topic, position.value(), position.key(), partition=0)
+        records = self._prune() + self._anchor_writes()
+        for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
+            records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
             self.mirrored[tp] = end
-        if self.position_producer.flush(60) > 0:
-            raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}")
+        self._write_syncs(records)
+        self.first_batch_of_query = False
+        self.metrics.observe(rows)
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int]) -> WriterSpec:
         return WriterSpec(
             flow=self.flow.name, source=self.flow.source, target=self.flow.target,
             producer_settings=self.producer_settings, consumer_settings=self.consumer_settings,
             source_admin_settings=self.source_admin_settings, target_admin_settings=self.target_admin_settings,
-            remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends), last_runs=dict(self.last_runs),
-            syncs_topic=self.syncs_topic, provenance=self.flow.flag("mirrorflow.provenance.header.enabled"),
-            exactly_once=self.exactly_once)
+            remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
+            downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
+            provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
+            replay=self.first_batch_of_query)
 
     def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """The batch's end offsets, from the offset log Spark wrote before running it."""
@@ -337,6 +421,19 @@ class _Driver:
         if len(lines) < 3 or not lines[0].startswith("v"):
             raise OperationalError(f"flow {self.flow.name}: unexpected offset log {path}")
         return _flatten(json.loads(lines[2]))
+
+
+@dataclass(frozen=True)
+class _Tombstone:
+    """The tombstone of a position (a deleted topic's partition)."""
+
+    record: Position
+
+    def key(self) -> bytes:
+        return self.record.key()
+
+    def value(self) -> None:
+        return None
 
 
 def _flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[tuple[str, int], int]:

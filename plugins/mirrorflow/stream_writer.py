@@ -3,7 +3,8 @@
 Spark's Kafka source gives each task one source partition's offset range, in offset order, and
 `mapInArrow` hands it over without a shuffle; this module produces those records with confluent-kafka
 (partition, key, value, headers and timestamp kept; a provenance header appended), waits until the
-target acknowledged every one, then records the offset syncs (runs and position) for the partition.
+target acknowledged every one, then records the partition's position in the offset syncs (with the
+batch's first record, so a reader sees a replay at once); the driver turns the summaries into anchors.
 It yields one summary row per source partition for the driver's progress and metrics.
 
 Delivery:
@@ -28,7 +29,8 @@ import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from mirrorflow import metrics, offset_syncs, provenance
-from mirrorflow.offset_syncs import OffsetRun, Position
+from mirrorflow.anchors import Anchor
+from mirrorflow.offset_syncs import Position
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +38,9 @@ TopicPartition = tuple[str, int]
 INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ts")
 SUMMARY_SCHEMA = (
     "topic string, partition int, records long, bytes long, skipped long, refused long, filtered long, "
-    "upstream_next long, downstream_next long, run_upstream long, run_downstream long, run_length long, "
-    "syncs long, latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
+    "upstream_next long, downstream_next long, first_upstream long, first_downstream long, "
+    "last_upstream long, last_downstream long, replay boolean, syncs long, "
+    "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
     "age_min long, age_max long, age_sum long, last_timestamp long"
 )
 FATAL = "mirrorflow-fatal: "
@@ -62,13 +65,15 @@ class WriterSpec:
     remote: Mapping[str, str]  # source topic -> remote topic, only for topics the flow replicates
     mirrored: Mapping[TopicPartition, int]  # upstream offset below which the target has every record
     ends: Mapping[TopicPartition, int]  # the micro-batch's end offset of each source partition
-    last_runs: Mapping[TopicPartition, OffsetRun]
+    downstream_next: Mapping[TopicPartition, int]  # where the partition's next record lands, as the syncs say
     syncs_topic: str
     provenance: bool
     exactly_once: bool
     # Partitions written out of order (a backfill repairing a gap below the flow's position): their records
     # are appended after later ones, so they get no offset syncs, which must stay monotonic for translation.
     unsynced: frozenset[TopicPartition] = frozenset()
+    # The first batch of a query may repeat records a failed attempt wrote: its first records are barriers.
+    replay: bool = False
 
 
 class MirrorError(Exception):
@@ -132,19 +137,22 @@ class _Summary:
         self.tp = tp
         self.records = self.bytes = self.skipped = self.refused = self.filtered = self.syncs = 0
         self.upstream_next = self.downstream_next = -1
-        self.run: OffsetRun | None = None
+        self.first: tuple[int, int] | None = None  # (upstream, downstream) of the first and last mirrored record
+        self.last: tuple[int, int] | None = None
+        self.replay = False
         self.latency = metrics.Distribution()
         self.age = metrics.Distribution()
         self.last_timestamp = -1
 
     def row(self) -> dict[str, Any]:
-        run = self.run
+        first, last = self.first, self.last
         return {
             "topic": self.tp[0], "partition": self.tp[1], "records": self.records, "bytes": self.bytes,
             "skipped": self.skipped, "refused": self.refused, "filtered": self.filtered,
             "upstream_next": self.upstream_next, "downstream_next": self.downstream_next,
-            "run_upstream": run.upstream if run else -1, "run_downstream": run.downstream if run else -1,
-            "run_length": run.length if run else 0, "syncs": self.syncs,
+            "first_upstream": first[0] if first else None, "first_downstream": first[1] if first else None,
+            "last_upstream": last[0] if last else None, "last_downstream": last[1] if last else None,
+            "replay": self.replay, "syncs": self.syncs,
             "latency_min": self.latency.minimum, "latency_max": self.latency.maximum,
             "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
             "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
@@ -264,20 +272,26 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
 
 def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
                   pairs: list[tuple[int, int]]) -> None:
-    previous = spec.last_runs.get(tp)
-    runs = offset_syncs.continued(previous, offset_syncs.runs_of(tp[0], tp[1], pairs))
-    summary.run = runs[-1] if runs else previous
     if summary.upstream_next < 0:
         return
     # Transaction markers and aborted records after the last visible record are read too.
     summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
-    summary.downstream_next = pairs[-1][1] + 1 if pairs else (previous.downstream_end if previous else -1)
-    position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next)
-    records: list[OffsetRun | Position] = [*runs, position]
-    for record in records:
-        _produce(producer, spec.syncs_topic, 0, record.key(), record.value(), int(time.time() * 1000),
-                 None, None)
-    summary.syncs = len(runs) + 1
+    summary.downstream_next = pairs[-1][1] + 1 if pairs else spec.downstream_next.get(tp, -1)
+    first = None
+    if pairs:
+        summary.first, summary.last = pairs[0], pairs[-1]
+        summary.replay = spec.replay or _task_attempt() > 0
+        first = Anchor(pairs[0][0], pairs[0][1], barrier=summary.replay)
+    position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
+    _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, None)
+    summary.syncs = 1
+
+
+def _task_attempt() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.attemptNumber() if ctx is not None else 0
 
 
 def _flush(producer: Producer, spec: WriterSpec, tp: TopicPartition) -> None:
@@ -386,21 +400,18 @@ def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, A
 
 def _committed_position(spec: WriterSpec, tp: TopicPartition) -> int:
     """After a task retry, a previous attempt may have committed: ask the target, not the driver."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None or ctx.attemptNumber() == 0:
+    if _task_attempt() == 0:
         return -1
-    positions, _ = offset_syncs.read(spec.consumer_settings, spec.syncs_topic)
-    position = positions.get(tp)
+    position = offset_syncs.read(spec.consumer_settings, spec.syncs_topic).positions.get(tp)
     return position.upstream_next if position else -1
 
 
 _ARROW_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("records", pa.int64()), ("bytes", pa.int64()),
     ("skipped", pa.int64()), ("refused", pa.int64()), ("filtered", pa.int64()),
-    ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("run_upstream", pa.int64()),
-    ("run_downstream", pa.int64()), ("run_length", pa.int64()), ("syncs", pa.int64()),
+    ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("first_upstream", pa.int64()),
+    ("first_downstream", pa.int64()), ("last_upstream", pa.int64()), ("last_downstream", pa.int64()),
+    ("replay", pa.bool_()), ("syncs", pa.int64()),
     ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
     ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
     ("age_sum", pa.int64()), ("last_timestamp", pa.int64()),

@@ -1,0 +1,165 @@
+"""Offset-sync anchors: a bounded set of exact (upstream, downstream) points per source partition.
+
+An anchor says: source offset `upstream` of the partition was mirrored at target offset `downstream`.
+Between two anchors the target holds the mirrored records themselves, each naming its source offset in
+its provenance header, so a group offset resolves exactly by reading the target between the two anchors
+around it (translation.py). Anchors only keep that read short and correct; they need not list every
+record, so transaction markers, compaction holes and refused records cost no state.
+
+How the stream writes one target partition: batch after batch, each in source-offset order. Only a
+replay (a retried task, a restarted query, a crash) writes a lower source offset after a higher one, and
+it starts at the first record of a batch. That record is a *barrier* anchor; the records of an attempt
+that failed before it are not anchored at all and always lie just before a barrier.
+
+Invariants, each tested (tests/test_anchors.py, on simulated histories with replays and failed attempts):
+  S. anchors are in write order: downstream strictly increases; the first one ever written is the origin.
+  R. resolvable: for consecutive anchors A, B and any U with A.upstream < U <= B.upstream, the mirrored
+     records in (A.downstream, B.downstream] have upstream >= U on a suffix only (false..false, true..true),
+     so a binary search over the target finds the first one; after the last anchor the same holds up to
+     the partition's position.
+  T. thinning drops only a non-barrier anchor X whose kept neighbours satisfy P.upstream < X.upstream <
+     N.upstream, never the first or the last one: R holds for the merged bracket, the answers do not change.
+  P. `prune_below(L)` keeps the last anchor with upstream < L and everything after it: the answer for
+     every U >= L is unchanged, and below the first anchor (no longer the origin) the answer is inexact.
+  B. at most `limit` anchors, whatever the history; each has a slot in [0, limit), its record key on the
+     compacted offset-syncs topic, so the topic holds at most `limit` anchors per partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+DEFAULT_LIMIT = 255  # with the partition's position: 256 live offset-sync records per source partition
+DEFAULT_SPACING = 1_000  # downstream offsets between anchors near the head, where most groups are
+
+
+@dataclass(frozen=True)
+class Anchor:
+    upstream: int
+    downstream: int
+    barrier: bool = False  # the first record of a possible replay: never thinned
+    origin: bool = False  # the first record this flow ever wrote to the partition
+
+
+class PartitionAnchors:
+    """One source partition's anchors, in write order, each in a slot; `drain()` gives the slot writes."""
+
+    def __init__(self, limit: int = DEFAULT_LIMIT, spacing: int = DEFAULT_SPACING,
+                 stored: Iterable[tuple[int, Anchor]] = ()) -> None:
+        if limit < 2:
+            raise ValueError("an anchor limit below 2 cannot hold a bracket")
+        self.limit, self.spacing = limit, spacing
+        pairs = sorted(stored, key=lambda sa: sa[1].downstream)
+        self.anchors: list[Anchor] = [a for _, a in pairs]
+        self.slots: list[int] = [s for s, _ in pairs]
+        self._writes: dict[int, Anchor | None] = {}
+        misplaced = [i for i, s in enumerate(self.slots) if s >= limit]
+        for i in misplaced:  # a smaller limit than the one they were written with
+            self._writes[self.slots[i]] = None
+            self.slots[i] = -1
+        if len(self.anchors) > limit:
+            self._thin(limit)
+        for i in [i for i, s in enumerate(self.slots) if s < 0]:
+            self.slots[i] = self._free_slot()
+            self._writes[self.slots[i]] = self.anchors[i]
+
+    def __len__(self) -> int:
+        return len(self.anchors)
+
+    @property
+    def last(self) -> Anchor | None:
+        return self.anchors[-1] if self.anchors else None
+
+    def record_batch(self, first: Anchor, last: Anchor, *, replay: bool, fresh: bool) -> None:
+        """One batch's first and last mirrored records of this partition.
+
+        `replay`: the batch may repeat records already written (a retried task, the first batch of a query);
+        `fresh`: the flow never wrote this partition before (its first record is the origin).
+        """
+        head = self.last
+        if head is not None and first.downstream <= head.downstream:
+            return  # already recorded (a batch recorded twice): nothing new
+        if head is None:
+            self.append(replace(first, origin=fresh, barrier=True))
+        elif replay or first.upstream <= head.upstream:
+            self.append(replace(first, barrier=True))
+        if last.downstream > first.downstream:
+            self._advance_head(last)
+
+    def _advance_head(self, anchor: Anchor) -> None:
+        """Move the newest sample forward instead of adding one while it is within `spacing` of the one before."""
+        if len(self.anchors) >= 2:
+            head, before = self.anchors[-1], self.anchors[-2]
+            movable = (not head.barrier and not head.origin and before.upstream < head.upstream < anchor.upstream
+                       and anchor.downstream - before.downstream <= self.spacing)
+            if movable:
+                self.anchors[-1] = anchor
+                self._writes[self.slots[-1]] = anchor
+                return
+        self.append(anchor)
+
+    def append(self, anchor: Anchor) -> None:
+        """Add a newer anchor as it is (thinning first if the store is full)."""
+        if len(self.anchors) >= self.limit:
+            self._thin(max(1, self.limit - max(1, self.limit // 8)))
+        self.anchors.append(anchor)
+        self.slots.append(self._free_slot())
+        self._writes[self.slots[-1]] = anchor
+
+    def _free_slot(self) -> int:
+        used = set(self.slots)
+        return next(s for s in range(self.limit) if s not in used)
+
+    def prune_below(self, log_start: int) -> int:
+        """Drop the anchors no offset still on the source needs (invariant P); returns how many."""
+        below = [i for i, a in enumerate(self.anchors) if a.upstream < log_start]
+        if not below or below[-1] == 0:
+            return 0
+        return self._drop(range(below[-1]))
+
+    def _thin(self, target: int) -> None:
+        ratio = 1.0 / max(1, self.limit)
+        while len(self.anchors) > target:
+            drop = self._thinnable(ratio)
+            if len(self.anchors) - len(drop) <= target or ratio > 1e9:
+                if len(self.anchors) - len(drop) > target:  # barriers alone exceed the bound: oldest go
+                    self._drop(drop)
+                    self._drop(range(len(self.anchors) - target))
+                else:
+                    self._drop(drop)
+                return
+            ratio *= 2
+
+    def _thinnable(self, ratio: float) -> list[int]:
+        """Anchors whose removal keeps every gap within max(spacing, ratio * distance from the head), by rule T."""
+        a = self.anchors
+        if len(a) < 3:
+            return []
+        head = a[-1].downstream
+        kept_d, chain_u = a[-1].downstream, a[-1].upstream
+        drop = []
+        for i in range(len(a) - 2, 0, -1):
+            x, p = a[i], a[i - 1]
+            allowed = max(self.spacing, (head - x.downstream) * ratio)
+            if not x.barrier and p.upstream < x.upstream < chain_u and kept_d - p.downstream <= allowed:
+                drop.append(i)
+            else:
+                kept_d = x.downstream
+            chain_u = x.upstream
+        return drop
+
+    def _drop(self, indexes: Iterable[int]) -> int:
+        gone = set(indexes)
+        if not gone:
+            return 0
+        for i in gone:
+            self._writes[self.slots[i]] = None
+        self.anchors = [a for i, a in enumerate(self.anchors) if i not in gone]
+        self.slots = [s for i, s in enumerate(self.slots) if i not in gone]
+        return len(gone)
+
+    def drain(self) -> dict[int, Anchor | None]:
+        """The slot writes since the last call: an anchor, or None for a slot to tombstone."""
+        writes, self._writes = self._writes, {}
+        return writes

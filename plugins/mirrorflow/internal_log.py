@@ -1,0 +1,71 @@
+"""A long-lived, incremental reader of one partition of a compacted internal topic (MM2's KafkaBasedLog).
+
+Offset syncs, checkpoints and flow states are read by processes that live for hours: each `catch_up()`
+reads only what was appended since the last one, up to the end the topic has when it is called, and the
+caller folds it into a bounded state of its own. A read fails only when it makes no progress for
+`idle_timeout_s`, however long the topic is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from mirrorflow.errors import OperationalError
+
+
+class InternalLog:
+    def __init__(self, consumer_settings: Mapping[str, Any], topic: str, what: str, *, partition: int = 0,
+                 idle_timeout_s: float = 30.0) -> None:
+        self.topic, self.what, self.partition, self.idle_timeout_s = topic, what, partition, idle_timeout_s
+        self._settings = {**consumer_settings, "group.id": "mirrorflow-internal-reader", "enable.auto.commit": False,
+                          "isolation.level": "read_committed", "enable.partition.eof": True,
+                          "auto.offset.reset": "earliest"}
+        self._consumer: Consumer | None = None
+        self.next_offset: int | None = None  # the next offset to read; None before the first record
+        self.read_records = 0
+
+    def catch_up(self) -> Iterator[Message]:
+        """Every committed record appended since the last call, up to the end the partition has now."""
+        tp = TopicPartition(self.topic, self.partition)
+        try:
+            if self._consumer is None:
+                self._consumer = Consumer(self._settings)
+            consumer = self._consumer
+            try:
+                low, high = consumer.get_watermark_offsets(tp, timeout=self.idle_timeout_s)
+            except KafkaException as exc:
+                if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                    return
+                raise
+            start = low if self.next_offset is None else max(self.next_offset, low)
+            if high <= start:
+                return
+            consumer.assign([TopicPartition(self.topic, self.partition, start if start > 0 else OFFSET_BEGINNING)])
+            progress = time.monotonic()
+            while True:
+                if time.monotonic() - progress > self.idle_timeout_s:
+                    raise OperationalError(f"{self.what} {self.topic}: no progress for {self.idle_timeout_s:.0f} s "
+                                           f"at offset {self.next_offset} of {high}")
+                done = False
+                for msg in consumer.consume(10_000, 1.0):
+                    error = msg.error()
+                    if error is not None:
+                        done = done or error.code() == KafkaError._PARTITION_EOF
+                        continue
+                    progress = time.monotonic()
+                    self.next_offset = (msg.offset() or 0) + 1
+                    self.read_records += 1
+                    yield msg
+                if done or (self.next_offset or 0) >= high:
+                    return
+        except KafkaException as exc:
+            raise OperationalError(f"{self.what} {self.topic}: {exc.args[0].str()}") from None
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

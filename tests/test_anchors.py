@@ -1,0 +1,69 @@
+"""The anchor store's bound, slots and restarts (pure); translation through it is in test_translation.py."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from mirrorflow.anchors import Anchor, PartitionAnchors
+
+
+@st.composite
+def batch_streams(draw: st.DrawFn) -> list[tuple[Anchor, Anchor, bool]]:
+    """Batches as the driver records them: ascending, with now and then a replay that starts lower."""
+    u = d = 0
+    out = []
+    for _ in range(draw(st.integers(1, 120))):
+        replay = draw(st.integers(0, 9)) == 0
+        if replay:
+            u = max(0, u - draw(st.integers(0, 50)))
+        n = draw(st.integers(1, 40))
+        gap = draw(st.sampled_from([1, 1, 2, 5]))
+        out.append((Anchor(u, d), Anchor(u + (n - 1) * gap, d + n - 1), replay))
+        u, d = u + n * gap, d + n + draw(st.sampled_from([0, 0, 1]))
+    return out
+
+
+@settings(max_examples=300)
+@given(batch_streams(), st.integers(2, 12), st.integers(1, 30))
+def test_the_store_never_exceeds_its_limit_and_its_slot_writes_rebuild_it(
+        batches: list[tuple[Anchor, Anchor, bool]], limit: int, spacing: int) -> None:
+    store = PartitionAnchors(limit, spacing)
+    compacted: dict[int, Anchor] = {}  # what the compacted topic keeps: the newest record per slot key
+    for i, (first, last, replay) in enumerate(batches):
+        store.record_batch(first, last, replay=replay, fresh=i == 0)
+        for slot, anchor in store.drain().items():
+            if anchor is None:
+                compacted.pop(slot, None)
+            else:
+                compacted[slot] = anchor
+        assert len(store) <= limit
+        assert dict(zip(store.slots, store.anchors, strict=True)) == compacted
+        assert [a.downstream for a in store.anchors] == sorted({a.downstream for a in store.anchors})
+    restarted = PartitionAnchors(limit, spacing, compacted.items())
+    assert restarted.anchors == store.anchors and not restarted.drain()
+
+
+@given(batch_streams())
+def test_a_smaller_limit_after_a_restart_moves_anchors_into_its_slots(
+        batches: list[tuple[Anchor, Anchor, bool]]) -> None:
+    store = PartitionAnchors(16, 1)
+    for i, (first, last, replay) in enumerate(batches):
+        store.record_batch(first, last, replay=replay, fresh=i == 0)
+    compacted = dict(zip(store.slots, store.anchors, strict=True))
+    smaller = PartitionAnchors(4, 1, compacted.items())
+    for slot, anchor in smaller.drain().items():
+        if anchor is None:
+            compacted.pop(slot, None)
+        else:
+            compacted[slot] = anchor
+    assert len(smaller) <= 4 and compacted == dict(zip(smaller.slots, smaller.anchors, strict=True))
+
+
+def test_a_steady_flow_rewrites_one_anchor_per_batch_and_adds_one_per_spacing() -> None:
+    store = PartitionAnchors(255, 1_000)
+    writes = 0
+    for b in range(1_000):
+        store.record_batch(Anchor(b * 100, b * 100), Anchor(b * 100 + 99, b * 100 + 99), replay=b == 0, fresh=b == 0)
+        writes += len(store.drain())
+    assert writes == 1_000 + 1  # the origin, then one slot write per batch
+    assert 90 <= len(store) <= 110  # one anchor per 1,000 target offsets
