@@ -1,11 +1,11 @@
 """Replication state at scale: offset-sync state and checkpoint rounds as history and groups grow.
 
-    make bench-state      # or: .venv/bin/python tests/benchmark_state.py [--transactions N] [--groups 100,1000,5000]
+    make bench-state    # or: .venv/bin/python tests/benchmark_state.py [--history 10000,100000] [--groups 100,5000]
 
 Three local clusters (ports 49492, 49592, 49692) under a temporary MIRRORFLOW_HOME:
   1. history: a 4-partition source topic written by 4 transactional producers (4 records per transaction, so
      a commit marker after every 4 records), mirrored by `mirrorflow stream` (at-least-once, read_committed).
-     After 10 % and after 100 % of the transactions: the live offset-sync records (what compaction keeps),
+     After 10,000 and after 100,000 transactions (`--history`): the live offset-sync records (what compaction keeps),
      the records the topic received, and a checkpoint round for 20 groups at random committed offsets (whose
      translations are checked against the target's records). The same for an exactly-once flow into a third
      cluster, counted in micro-batches;
@@ -150,7 +150,7 @@ def start_up(stream: Any, topic: str, cfg: Any, flow: str) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--transactions", type=int, default=100_000)
+    ap.add_argument("--history", default="10000,100000", help="transactions mirrored when each row is measured")
     ap.add_argument("--eos-batches", type=int, default=2_000)
     ap.add_argument("--groups", default="100,1000,5000")
     ap.add_argument("--wide-records", type=int, default=10_000, help="records per partition of the 12-partition topic")
@@ -172,7 +172,7 @@ def main() -> None:
     path.write_text(text)
     cfg = config.load(path)
     local.up(cfg)
-    results: dict[str, Any] = {"transactions": args.transactions}
+    results: dict[str, Any] = {"transactions": int(args.history.split(",")[-1])}
     rng = random.Random(7)
     streams = []
     try:
@@ -187,21 +187,23 @@ def main() -> None:
 
         # 1. history, at-least-once
         rows = []
-        tenth = args.transactions // 10
-        for share, count in (("10 %", tenth), ("100 %", args.transactions - tenth)):
-            seconds = produce_transactions(HIST, 4, count, tag=share[:-2])
+        done = 0
+        for total in (int(t) for t in args.history.split(",")):
+            seconds = produce_transactions(HIST, 4, total - done, tag=f"h{total}")
+            done = total
             wait_mirrored(cfg, "src->dst", HIST, alo)
             commit_groups(HIST, 4, history_groups, rng)
             round_s, found = timed_round(cfg, "src->dst")
             checked = check_exact(found, set(history_groups), bootstrap("dst"))
             size = syncs_size(bootstrap("dst"), "src")
-            rows.append({"history": share, "produce_s": seconds, "round_s": round_s, "checked": checked, **size})
+            rows.append({"history": f"{total:,} transactions", "produce_s": seconds, "round_s": round_s,
+                         "checked": checked, **size})
             print("history", rows[-1], flush=True)
         results["history"] = rows
 
         # 1b. exactly-once: micro-batches of a few transactions each, until the flow has run enough batches
         eos_rows = []
-        for share, batches in (("10 %", args.eos_batches // 10), ("100 %", args.eos_batches)):
+        for batches in (args.eos_batches // 10, args.eos_batches):
             while _batches(eos) < batches:
                 produce_transactions(EOS_TOPIC, 1, 20, tag=f"e{_batches(eos)}")
             wait_mirrored(cfg, "src->eos", EOS_TOPIC, eos)
@@ -209,7 +211,7 @@ def main() -> None:
             round_s, found = timed_round(cfg, "src->eos")
             checked = check_exact(found, set(history_groups), bootstrap("eos"))
             size = syncs_size(bootstrap("eos"), "src")
-            eos_rows.append({"history": f"{share} ({_batches(eos)} batches)", "round_s": round_s, "checked": checked,
+            eos_rows.append({"history": f"{_batches(eos):,} micro-batches", "round_s": round_s, "checked": checked,
                              **size})
             print("exactly-once", eos_rows[-1], flush=True)
         results["exactly_once"] = eos_rows
@@ -269,9 +271,9 @@ def report(r: dict[str, Any]) -> None:
         for row in rows:
             print(f"| {label} | {row['history']} | {row['live']:,} | {row['written']:,} | {row['anchors_max']} "
                   f"| {row['round_s']:.2f} s |")
-        if len(rows) == 2:
-            print(f"| {label} | ratio 100 % / 10 % | {rows[1]['live'] / rows[0]['live']:.2f} | | "
-                  f"| {rows[1]['round_s'] / rows[0]['round_s']:.2f} |")
+        if len(rows) >= 2:
+            print(f"| {label} | ratio last / first | {rows[-1]['live'] / rows[0]['live']:.2f} | | "
+                  f"| {rows[-1]['round_s'] / rows[0]['round_s']:.2f} |")
     print("\n| consumer groups (12 partitions each) | checkpoint round | translations checked against the target |")
     print("|---:|---:|---:|")
     for row in r.get("groups", []):

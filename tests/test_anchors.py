@@ -60,10 +60,22 @@ def test_a_smaller_limit_after_a_restart_moves_anchors_into_its_slots(
 
 
 def test_a_steady_flow_rewrites_one_anchor_per_batch_and_adds_one_per_spacing() -> None:
-    store = PartitionAnchors(255, 1_000)
+    store = PartitionAnchors(255, spacing=1_000)
     writes = 0
     for b in range(1_000):
         store.record_batch(Anchor(b * 100, b * 100), Anchor(b * 100 + 99, b * 100 + 99), replay=b == 0, fresh=b == 0)
         writes += len(store.drain())
     assert writes == 1_000 + 1  # the origin, then one slot write per batch
     assert 90 <= len(store) <= 110  # one anchor per 1,000 target offsets
+
+
+def test_without_spacing_every_batch_adds_an_anchor_until_the_bound_then_about_one_write_per_batch() -> None:
+    store = PartitionAnchors(255)
+    writes = 0
+    for b in range(10_000):
+        store.record_batch(Anchor(b * 100, b * 100), Anchor(b * 100 + 99, b * 100 + 99), replay=b == 0, fresh=b == 0)
+        writes += len(store.drain())
+        assert len(store) <= 255
+    assert len(store) > 200 and writes < 2.2 * 10_000
+    gaps = [b.downstream - a.downstream for a, b in zip(store.anchors, store.anchors[1:], strict=False)]
+    assert gaps[-1] <= 100 and gaps[0] > 10_000  # dense near the head, sparse far behind

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from conftest import PORTS, deployment
-from mirrorflow import checkpoints, config, local, maven
+from mirrorflow import checkpoints, config, local, maven, offset_syncs
 from mirrorflow.checkpoints import Checkpoint
 from streams import (
     QUIET,
@@ -38,6 +38,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
 ORDERS = "c1.orders"
+SYNCS = "mirrorflow-offset-syncs.alpha.internal"
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +50,13 @@ def setup(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPat
         ("alpha", "beta"), (PORTS["alpha"], PORTS["beta"]), ["alpha->beta", "beta->alpha"],
         "alpha->beta.topics = c1\\..*\nalpha.consumer.isolation.level = read_committed\n"
         "sync.group.offsets.enabled = true\nemit.checkpoints.interval.seconds = 5\n"
-        "groups.exclude = test-.*\ncheckpoints.topic.replication.factor = 1\n"))
+        "groups.exclude = test-.*\ncheckpoints.topic.replication.factor = 1\n"
+        # Few anchors and small batches, so that thinning happens in every test of the module.
+        "mirrorflow.offset-syncs.anchors.max = 8\nmirrorflow.offset-syncs.anchors.spacing = 20\n"
+        "mirrorflow.offset-syncs.prune.interval.seconds = 2\nmirrorflow.checkpoints.task.seconds = 0\n"))
     _fill_sources()
     stream = StreamProcess(path, "alpha->beta", work)
-    stream.start()
+    stream.start("--max-records-per-batch", "500")
     wait_for(lambda: _mirrored(ORDERS, 3) and _mirrored("c1.compacted", 1) and _mirrored("c1.sparse", 2)
              and _mirrored("c1.behind", 1),
              240, "the c1 topics mirrored", stream)
@@ -318,6 +322,45 @@ def test_the_checkpoint_dag_runs_a_round_end_to_end(setup, airflow_home) -> None
     assert _committed(BETA, "g-dag") == {(f"alpha.{ORDERS}", 2): checkpoint.downstream_offset}
 
 
+def test_offset_sync_state_is_bounded_and_forgets_what_the_source_no_longer_holds(setup) -> None:  # type: ignore[no-untyped-def]
+    cfg, _, stream = setup
+    state = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
+    assert max(len(a) for a in state.anchors.values()) <= 8
+    assert len(state.anchors[("c1.behind", 0)]) >= 3, "the 10,000 records came in many batches"
+    assert state.live_records() <= 9 * len(state.partitions())
+
+    admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
+    admin.delete_records([TopicPartition("c1.behind", 0, 6000)])[TopicPartition("c1.behind", 0, 6000)].result(30)
+    create_topic(ALPHA, "c1.doomed", 1)
+    p = producer(ALPHA)
+    for i in range(20):
+        p.produce("c1.doomed", f"d{i}".encode(), partition=0)
+    p.flush(30)
+    wait_for(lambda: _mirrored("c1.doomed", 1), 120, "c1.doomed mirrored", stream)
+    admin.delete_topics(["c1.doomed"])["c1.doomed"].result(30)
+
+    def forgotten() -> bool:  # batches must run for the driver to prune: a record now and then
+        p.produce(ORDERS, b"tick", partition=2)
+        p.flush(30)
+        now = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
+        behind = [a.upstream for a in now.anchors.get(("c1.behind", 0), {}).values()]
+        return (not any(t == "c1.doomed" for t, _ in now.partitions())
+                and len([u for u in behind if u < 6000]) == 1)
+
+    wait_for(forgotten, 180, "the deleted topic's state and the expired anchors gone", stream)
+    assert "c1.doomed deleted" in stream.output()
+
+    _commit(ALPHA, "g-expired", {("c1.behind", 0): 100})
+    _commit(ALPHA, "g-kept", {("c1.behind", 0): 7000})
+    results = _round(cfg)
+    [expired] = results["g-expired"].partitions
+    assert not expired.exact and "below c1.behind-0's log start 6000 on alpha" in expired.note
+    [kept] = results["g-kept"].partitions
+    assert kept.exact and expired.target_offset == kept.target_offset - 1000
+    read = _consume_rest(BETA, "g-kept", "alpha.c1.behind", 1)
+    assert [origin(m).offset for m in read[0]] == list(range(7000, 10_000))
+
+
 def test_checkpoints_stay_monotonic_across_a_crash_of_the_mirror(setup) -> None:  # type: ignore[no-untyped-def]
     cfg, _, stream = setup
     p = producer(ALPHA)
@@ -330,7 +373,7 @@ def test_checkpoints_stay_monotonic_across_a_crash_of_the_mirror(setup) -> None:
         _commit(ALPHA, "g-steady", {(ORDERS, 0): end - 100})
         if step == 1:
             stream.kill9()
-            stream.start()
+            stream.start("--max-records-per-batch", "500")
         _round(cfg)
         history.append(_checkpoints("g-steady")[(f"alpha.{ORDERS}", 0)].downstream_offset)
     assert history == sorted(history)

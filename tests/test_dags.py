@@ -23,7 +23,8 @@ def test_every_dag_imports_and_each_enabled_flow_gets_its_sync_and_checkpoint_da
     assert sync_dags == [d.replace("checkpoints", "sync") for d in checkpoint_dags]
     assert bag.dags["mirrorflow_sync__alpha_to_beta"].schedule == timedelta(seconds=600)
     dag = bag.dags["mirrorflow_checkpoints__alpha_to_beta"]
-    assert dag.schedule == timedelta(seconds=60) and not dag.catchup and dag.max_active_runs == 1
+    # one run per `mirrorflow.checkpoints.task.seconds`, a round every `emit.checkpoints.interval.seconds` inside it
+    assert dag.schedule == timedelta(seconds=600) and not dag.catchup and dag.max_active_runs == 1
 
 
 def test_a_broken_config_is_one_import_error_naming_file_line_and_key(airflow_home: Path, tmp_path: Path) -> None:

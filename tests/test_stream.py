@@ -126,8 +126,6 @@ def test_offset_syncs_translate_every_mirrored_record_exactly(mirror: StreamProc
             assert state.positions[tp].downstream_next == mirrored[-1][1] + 1
     finally:
         records.close()
-    # the transactional partition: commit markers and aborted records leave gaps, and cost no state
-    assert len(state.anchors[("m1.fields", 1)]) <= 3
 
 
 def test_metrics_and_status_report_each_partition(mirror: StreamProcess) -> None:

@@ -24,7 +24,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -128,6 +128,7 @@ class GroupOffsets:
         self.target_admin: AdminClient = clients.admin(self.target)
         self._syncs: dict[str, offset_syncs.SyncsState] = {}
         self._readers: dict[str, TargetRecords] = {}
+        self.unread: dict[str, str] = {}  # groups whose offsets the last read could not get, and why
 
     def close(self) -> None:
         for state in self._syncs.values():
@@ -146,25 +147,38 @@ class GroupOffsets:
         return sorted(g.group_id for g in listed.valid if selected.selects(g.group_id))
 
     def committed(self, group: str) -> dict[TopicPartitionKey, tuple[int, str]]:
-        return self.committed_many([group])[group]
+        found = self.committed_many([group])
+        if group not in found:
+            raise OperationalError(f"cannot read the offsets of group {group} on {self.source.alias}: "
+                                   f"{self.unread[group]}")
+        return found[group]
 
     def committed_many(self, groups: Sequence[str], window: int = 256
                        ) -> dict[str, dict[TopicPartitionKey, tuple[int, str]]]:
-        """Each group's committed offsets, `window` requests in flight at a time; a group whose read fails raises,
-        naming it (a checkpoint round must not pass over a group silently)."""
+        """Each group's committed offsets, `window` requests in flight at a time. A group whose offsets cannot be
+        read (or only partly) is left out of the answer and named in `self.unread` with the reason."""
         out: dict[str, dict[TopicPartitionKey, tuple[int, str]]] = {}
+        self.unread = {}
         for at in range(0, len(groups), window):
             futures = {g: self.source_admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g)],
                                                                         require_stable=True)[g]
                        for g in groups[at:at + window]}
-            for group, result in admin_sync.wait(futures, f"cannot read the offsets on {self.source.alias} of group"
-                                                 ).items():
-                failed = [f"{tp.topic}-{tp.partition}" for tp in result.topic_partitions if tp.error is not None]
+            for group, future in futures.items():
+                try:
+                    result = future.result(timeout=admin_sync.TIMEOUT_S)
+                except (KafkaException, TimeoutError) as exc:
+                    self.unread[group] = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
+                    continue
+                failed = [f"{tp.topic}-{tp.partition} ({tp.error.str()})" for tp in result.topic_partitions
+                          if tp.error is not None]
                 if failed:
-                    raise OperationalError(f"cannot read the offsets of group {group} on {self.source.alias} for "
-                                           f"{', '.join(failed[:5])}: {result.topic_partitions[0].error}")
+                    self.unread[group] = "cannot read " + ", ".join(failed[:5])
+                    continue
                 out[group] = {(tp.topic, tp.partition): (tp.offset, tp.metadata or "")
                               for tp in result.topic_partitions if tp.offset >= 0}
+        for group, reason in sorted(self.unread.items()):
+            log.error("flow %s group %s: offsets on %s not read, not checkpointed this round: %s", self.flow.name,
+                      group, self.source.alias, reason)
         return out
 
     def translate(self, group: str, committed: Mapping[TopicPartitionKey, tuple[int, str]]
@@ -194,11 +208,16 @@ class GroupOffsets:
                 planned.append((group, topic, partition, offset, metadata, target_topic, upstream))
                 wanted.setdefault((upstream, key, partition), set()).add(offset)
         answers: dict[tuple[str, str, int], dict[int, Translation]] = {}
+        forward_parts = [(key, partition) for upstream, key, partition in wanted if upstream == self.flow.source]
+        source_starts = admin_sync.offsets(self.source_admin, self.source.alias, forward_parts,
+                                           OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         for (upstream, key, partition), offsets in wanted.items():
             part = self._partition_syncs(upstream, key, partition)
             if upstream == self.flow.source:
                 reader = self._reader(upstream, self.policy.remote_topic(upstream, key), key, partition)
-                answers[(upstream, key, partition)] = target_offsets(part, offsets, reader)
+                answers[(upstream, key, partition)] = _clamped(
+                    target_offsets(part, {max(o, source_starts[(key, partition)]) for o in offsets}, reader),
+                    offsets, source_starts[(key, partition)], f"{key}-{partition}", self.source.alias)
             else:
                 reader = self._reader(upstream, self.policy.remote_topic(upstream, key), key, partition)
                 answers[(upstream, key, partition)] = {o: source_offset(part, o, reader) for o in offsets}
@@ -291,6 +310,19 @@ class GroupOffsets:
         return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions if tp.error is None}
 
 
+def _clamped(answers: Mapping[int, Translation], offsets: Iterable[int], log_start: int, partition: str,
+             alias: str) -> dict[int, Translation]:
+    """A group below the source's log start resumes as it would on the source, at the log start: inexact."""
+    out = {}
+    for o in offsets:
+        t = answers[max(o, log_start)]
+        if o < log_start:
+            t = Translation(t.offset, False, f"the group is at {o}, below {partition}'s log start {log_start} on "
+                                             f"{alias}: resumed from there")
+        out[o] = t
+    return out
+
+
 def translate_group(cfg: MirrorConfig, flow: Flow, group: str, *, compare_mm2: bool = False
                     ) -> list[PartitionTranslation]:
     """Where `group` would resume on the flow's target, per partition; changes nothing. `compare_mm2` adds what
@@ -378,7 +410,7 @@ class CheckpointRounds:
         if self.flow.flag("sync.group.offsets.enabled"):
             for result in results:
                 result.group_sync = offsets.sync_to_target(result.group, result.partitions)
-        _record_status(self.flow, results)
+        _record_status(self.flow, results, offsets.unread)
         return results
 
 
@@ -424,7 +456,7 @@ def _produce(producer: Any, topic: str, value: bytes, key: bytes, on_delivery: A
             producer.poll(0.1)
 
 
-def _record_status(flow: Flow, results: Sequence[GroupCheckpoints]) -> None:
+def _record_status(flow: Flow, results: Sequence[GroupCheckpoints], unread: Mapping[str, str]) -> None:
     """Merge the round into the flow's checkpoint status: `checkpoint-latency-ms` min/max/avg per partition."""
     path = metrics.checkpoint_status_file(flow)
     status = metrics.read_status(path) or {"partitions": {}}
@@ -440,7 +472,8 @@ def _record_status(flow: Flow, results: Sequence[GroupCheckpoints]) -> None:
     status.update(flow=flow.name, updated=now, groups=len(results),
                   partitions_checkpointed=sum(len(r.partitions) for r in results),
                   inexact=[f"{r.group}/{p.source_topic}-{p.partition}: {p.note}"
-                           for r in results for p in r.partitions if not p.exact])
+                           for r in results for p in r.partitions if not p.exact],
+                  unread={g: unread[g] for g in sorted(unread)[:100]}, unread_groups=len(unread))
     if results:
         status["newest_checkpoint"] = now
     metrics.write_status(path, status)

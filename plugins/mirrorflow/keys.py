@@ -67,10 +67,13 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("admin.timeout.ms", "int", "60000"),
     Key("mirrorflow.provenance.header.enabled", "bool", "true"),
     Key("mirrorflow.audit.schedule", "str", "0 * * * *"),
-    # Offset-sync anchors kept per source partition (with its position: 256 live records), and their
-    # spacing near the head in target offsets (anchors.py).
+    # Offset-sync anchors kept per source partition (with its position: 256 live records), and the least
+    # spacing between them near the head in target offsets; 0: each batch's end until the bound (anchors.py).
     Key("mirrorflow.offset-syncs.anchors.max", "int", "255"),
-    Key("mirrorflow.offset-syncs.anchors.spacing", "int", "1000"),
+    Key("mirrorflow.offset-syncs.anchors.spacing", "int", "0"),
+    Key("mirrorflow.offset-syncs.prune.interval.seconds", "int", "60"),
+    # How long one Airflow checkpoint task runs rounds with the same readers (the DAG runs that often).
+    Key("mirrorflow.checkpoints.task.seconds", "int", "600"),
 )
 
 # Keys valid at top level only.

@@ -282,7 +282,8 @@ def checkpoint_line(status: Mapping[str, Any], now: float | None = None) -> str:
                f"max {max(s['max'] for s in stats):.0f}") if stats else ""
     inexact = status.get("inexact", [])
     return (f"checkpoints: {status.get('groups', 0)} group(s), {status.get('partitions_checkpointed', 0)} "
-            f"partition(s), newest {age}{latency}" + (f"; {len(inexact)} inexact: {inexact[0]}" if inexact else ""))
+            f"partition(s), newest {age}{latency}" + (f"; {len(inexact)} inexact: {inexact[0]}" if inexact else "")
+            + (f"; {status['unread_groups']} group(s) not read" if status.get("unread_groups") else ""))
 
 
 def flow_home(flow: Flow) -> Path:

@@ -8,6 +8,7 @@ task log ends with.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -25,16 +26,33 @@ def _load(config_path: Path) -> config.MirrorConfig:
 
 
 def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
+    """Checkpoint rounds every `emit.checkpoints.interval.seconds` for `mirrorflow.checkpoints.task.seconds` (at
+    least one): one reader of the offset syncs and checkpoints for all of them, reading only what is new."""
     cfg = _load(config_path)
     flow = cfg.flow(flow_name)
-    results = checkpoints.run_round(cfg, flow)
-    for result in results:
-        log.info("%s", result.line(flow))
-    if not results:
-        log.info("flow %s: no consumer group with offsets on mirrored topics", flow.name)
-    return {"flow": flow.name, "groups": len(results),
-            "partitions": sum(len(r.partitions) for r in results),
-            "inexact": sum(not p.exact for r in results for p in r.partitions)}
+    interval = flow.number("emit.checkpoints.interval.seconds")
+    until = time.monotonic() + flow.number("mirrorflow.checkpoints.task.seconds")
+    rounds = checkpoints.CheckpointRounds(cfg, flow)
+    summary: dict[str, Any] = {"flow": flow.name, "rounds": 0}
+    try:
+        while True:
+            begun = time.monotonic()
+            results = rounds.run()
+            inexact = [(r, p) for r in results for p in r.partitions if not p.exact]
+            for r, p in inexact[:20]:
+                log.info("flow %s group %s: %s-%d inexact: %s", flow.name, r.group, p.source_topic, p.partition,
+                         p.note)
+            log.info("flow %s: checkpoint round: %d group(s), %d partition(s), %d inexact, %d checkpoint(s) "
+                     "written, %.1f s", flow.name, len(results), sum(len(r.partitions) for r in results),
+                     len(inexact), rounds.written, time.monotonic() - begun)
+            summary.update(rounds=summary["rounds"] + 1, groups=len(results),
+                           partitions=sum(len(r.partitions) for r in results), inexact=len(inexact),
+                           unread=len(rounds.offsets.unread))
+            if time.monotonic() + interval > until:
+                return summary
+            time.sleep(max(0.0, interval - (time.monotonic() - begun)))
+    finally:
+        rounds.close()
 
 
 def plan(config_path: Path, flow_name: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import functools
 import json
 import logging
 import re
+import shutil
 import signal
 import threading
 import time
@@ -45,7 +46,6 @@ from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, Write
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
-_PRUNE_EVERY_S = 60.0
 _SyncRecord = Any  # AnchorRecord | Position | OffsetRun | _Tombstone: each has key() and value()
 _LEASE_REGAINED = "lease regained"
 
@@ -178,35 +178,68 @@ class _Driver:
             raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}")
 
     def _prune(self) -> list[_SyncRecord]:
-        """Every minute: anchors below the source's log start go, and so does the state of deleted topics (after
-        two looks in a row, so that one incomplete metadata answer deletes nothing)."""
+        """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
+        does the state of deleted topics (after two looks in a row, so that one incomplete metadata answer
+        deletes nothing)."""
         if time.monotonic() < self.prune_due:
             return []
-        self.prune_due = time.monotonic() + _PRUNE_EVERY_S
+        self.prune_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
         counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
-        known = set(self.anchors) | set(self.mirrored)
-        missing = {t for t, _ in known if t not in counts}
+        missing = {t for t, _ in set(self.anchors) | set(self.mirrored) if t not in counts}
         gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
+        records = self._drop_topics(gone)
+        live = [tp for tp in self.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
+        starts = admin_sync.offsets(self.source_admin, self.source.alias, live,
+                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        pruned = sum(self.anchors[tp].prune_below(start) for tp, start in starts.items())
+        if pruned:
+            log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
+        return records
+
+    def _drop_topics(self, gone: set[str]) -> list[_SyncRecord]:
+        """Forget deleted source topics: their anchors and positions (tombstones), metrics and remote-topic state."""
         records: list[_SyncRecord] = []
-        for tp in sorted(tp for tp in known if tp[0] in gone):
+        for tp in sorted(tp for tp in set(self.anchors) | set(self.mirrored) if tp[0] in gone):
             store = self.anchors.pop(tp, None)
             records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
             records.append(_Tombstone(Position(tp[0], tp[1], -1, -1)))
             self.mirrored.pop(tp, None)
             self.downstream_next.pop(tp, None)
+        for topic in gone:
+            self.ready.pop(topic, None)
         if gone:
-            for topic in gone:
-                self.ready.pop(topic, None)
             self.metrics.forget(gone)
             log.info("flow %s: source topic(s) %s deleted: their offset syncs removed", self.flow.name,
                      ", ".join(sorted(gone)))
-        live = [tp for tp in self.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
-        starts = admin_sync.offsets(self.source_admin, self.source.alias, live,
-                                   OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        pruned = sum(self.anchors[tp].prune_below(start) for tp, start in starts.items())
-        if pruned:
-            log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
         return records
+
+    def _deleted_topics_reset(self) -> bool:
+        """After a failed query: if topics the query read were deleted on the source (Spark fails on every restart
+        from a checkpoint that names them), forget them and start a new Spark checkpoint from the offset syncs'
+        positions, which say exactly where each partition resumes. True if it did."""
+        known = {t for t, _ in self.mirrored} | set(self._checkpoint_topics())
+        looks = []
+        for attempt in range(2):
+            counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+            looks.append({t for t in known if t not in counts})
+            if attempt == 0 and looks[0]:
+                self.stop_requested.wait(2.0)
+        gone = looks[0] & looks[-1]
+        if not gone:
+            return False
+        self._write_syncs(self._drop_topics(gone))
+        replaced = self.checkpoint.with_name(f"{self.checkpoint.name}.before-{int(time.time())}")
+        if self.checkpoint.exists():
+            self.checkpoint.rename(replaced)
+            shutil.rmtree(replaced, ignore_errors=True)
+        log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
+                    "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
+        return True
+
+    def _checkpoint_topics(self) -> list[str]:
+        logs = self.checkpoint / "offsets"
+        ids = [int(p.name) for p in logs.iterdir() if p.name.isdigit()] if logs.is_dir() else []
+        return sorted({t for t, _ in self._batch_ends(max(ids))}) if ids else []
 
     def _stop_requested(self, wanted: lifecycle.Requested) -> None:
         log.info("flow %s: %s; finishing the running batch, then stopping", self.flow.name, wanted.line())
@@ -242,6 +275,8 @@ class _Driver:
             if fatal:
                 self.metrics.set_state("failed", fatal)
                 raise OperationalError(fatal)
+            if self._deleted_topics_reset():
+                continue
             failures = failures + 1 if self.metrics.batches == batches_before else 1
             if failures >= _GIVE_UP_AFTER:
                 self.metrics.set_state("failed", _first_line(error))
