@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 PORTS = {"src": 49492, "dst": 49592, "eos": 49692}
 QUIET = {"log_level": 3}
-HIST, EOS_TOPIC, WIDE = "hist.tx", "eos.tx", "wide.g12"
+HIST, EOS_TOPIC, WIDE = "history-tx", "exactly-once-tx", "wide-12"
 
 
 def bootstrap(alias: str) -> str:

@@ -17,6 +17,15 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from mirrorflow.errors import OperationalError
 
 
+def fetched(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
+    """What the consumer has now: waits up to `timeout_s` for the first message or event only, then takes what is
+    already fetched (a plain `consume(limit, timeout)` waits out its timeout unless `limit` messages arrive)."""
+    first = consumer.poll(timeout_s)
+    if first is None:
+        return []
+    return [first, *consumer.consume(limit - 1, 0)]
+
+
 class InternalLog:
     def __init__(self, consumer_settings: Mapping[str, Any], topic: str, what: str, *, partition: int = 0,
                  idle_timeout_s: float = 30.0) -> None:
@@ -51,7 +60,7 @@ class InternalLog:
                     raise OperationalError(f"{self.what} {self.topic}: no progress for {self.idle_timeout_s:.0f} s "
                                            f"at offset {self.next_offset} of {high}")
                 done = False
-                for msg in consumer.consume(10_000, 1.0):
+                for msg in fetched(consumer, 10_000, 1.0):
                     error = msg.error()
                     if error is not None:
                         done = done or error.code() == KafkaError._PARTITION_EOF

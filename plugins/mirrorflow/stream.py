@@ -139,7 +139,7 @@ class _Driver:
         """Positions and anchors from the offset syncs; runs of older versions become anchors (and tombstones)."""
         syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
-        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items()}
+        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
         records: list[_SyncRecord] = []
         migrated = 0
         for tp in syncs.partitions():
@@ -415,7 +415,7 @@ class _Driver:
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
             if r["first_downstream"] is not None:
                 store = self.anchors.get(tp)
-                fresh = store is None and tp not in self.downstream_next
+                fresh = store is None and self.downstream_next.get(tp, -1) < 0  # nothing written there yet
                 if store is None:
                     store = self.anchors[tp] = PartitionAnchors(self.anchor_limit, self.anchor_spacing)
                 store.record_batch(Anchor(r["first_upstream"], r["first_downstream"]),

@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirrorflow import provenance
 from mirrorflow.errors import OperationalError
+from mirrorflow.internal_log import fetched
 
 _IDLE_TIMEOUT_S = 30.0
 
@@ -28,7 +29,8 @@ class TargetRecords:
         self._consumer = Consumer({**consumer_settings, "group.id": "mirrorflow-target-reader",
                                    "enable.auto.commit": False, "isolation.level": "read_committed",
                                    "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                                   "queued.min.messages": 2_000, "fetch.wait.max.ms": 10})
+                                   # A probe must not wait for more data than the broker has now.
+                                   "queued.min.messages": 2_000, "fetch.wait.max.ms": 0})
         self.reads = 0  # fetches made: what a translation cost
 
     def partition(self, remote_topic: str, source_topic: str, partition: int) -> PartitionReader:
@@ -56,7 +58,7 @@ class PartitionReader:
             consumer.assign([TopicPartition(self.remote_topic, self.partition, start)])
             progress = time.monotonic()
             while True:
-                msgs = consumer.consume(2_000, 0.5)
+                msgs = fetched(consumer, 2_000, 0.5)
                 self.records.reads += 1
                 past_end = False
                 for msg in msgs:
