@@ -380,3 +380,10 @@ def test_checkpoints_stay_monotonic_across_a_crash_of_the_mirror(setup) -> None:
     wait_for(lambda: _mirrored(ORDERS, 3), 180, "the mirror to catch up after the crash", stream)
     result = _round(cfg)["g-steady"]
     assert result.partitions[0].exact
+    # A partition whose first records come after the restart starts at its origin: offset 0 translates exactly.
+    p.produce("c1.never", b"first", partition=0)
+    p.flush(30)
+    wait_for(lambda: _mirrored("c1.never", 1), 120, "c1.never mirrored", stream)
+    _commit(ALPHA, "g-late", {("c1.never", 0): 0})
+    [late] = _round(cfg)["g-late"].partitions
+    assert late.exact and late.target_offset == 0, late.note

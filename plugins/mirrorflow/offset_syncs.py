@@ -16,7 +16,7 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
   anchor value    {version: int16 = 0, upstream: int64, downstream: int64, flags: int16 (1 barrier, 2 origin)}
   position key    {kind: int16 = 1, topic: string, partition: int32}
   position value  {version: int16 = 1, upstream_next: int64, downstream_next: int64,
-                   batch_upstream: int64, batch_downstream: int64, flags: int16 (1 replay)}
+                   batch_upstream: int64, batch_downstream: int64, flags: int16 (1 replay, 2 origin)}
                   (version 0 ends after downstream_next)
   run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
                   consecutive offsets, never bounded); read once, turned into anchors and tombstoned.
@@ -73,16 +73,17 @@ class Position:
     partition: int
     upstream_next: int
     downstream_next: int
-    batch_first: Anchor | None = None  # the newest batch's first mirrored record; barrier if it may replay
+    # The newest batch's first mirrored record: a barrier if the batch may replay, the origin if it is the first.
+    batch_first: Anchor | None = None
 
     def key(self) -> bytes:
         return _partition_key(_POSITION, self.topic, self.partition)
 
     def value(self) -> bytes:
         first = self.batch_first
+        flags = (_REPLAY if first.barrier else 0) | (_ORIGIN if first.origin else 0) if first is not None else 0
         return struct.pack(">hqqqqh", 1, self.upstream_next, self.downstream_next,
-                           first.upstream if first else -1, first.downstream if first else -1,
-                           _REPLAY if first is not None and first.barrier else 0)
+                           first.upstream if first else -1, first.downstream if first else -1, flags)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition, AnchorRecor
         first = None
         if version >= 1:
             fu, fd, flags = struct.unpack_from(">qqh", value, 18)
-            first = Anchor(fu, fd, barrier=bool(flags & _REPLAY)) if fd >= 0 else None
+            first = Anchor(fu, fd, barrier=bool(flags & _REPLAY), origin=bool(flags & _ORIGIN)) if fd >= 0 else None
         return (topic, partition), Position(topic, partition, upstream_next, downstream_next, first)
     if kind == _RUN:
         (upstream,) = struct.unpack_from(">q", key, at)

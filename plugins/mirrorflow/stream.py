@@ -415,9 +415,9 @@ class _Driver:
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
             if r["first_downstream"] is not None:
                 store = self.anchors.get(tp)
-                fresh = store is None and self.downstream_next.get(tp, -1) < 0  # nothing written there yet
                 if store is None:
                     store = self.anchors[tp] = PartitionAnchors(self.anchor_limit, self.anchor_spacing)
+                fresh = not store.anchors and self.downstream_next.get(tp, -1) < 0  # nothing written there yet
                 store.record_batch(Anchor(r["first_upstream"], r["first_downstream"]),
                                    Anchor(r["last_upstream"], r["last_downstream"]), replay=r["replay"], fresh=fresh)
             if r["downstream_next"] >= 0:

@@ -281,7 +281,8 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
     if pairs:
         summary.first, summary.last = pairs[0], pairs[-1]
         summary.replay = spec.replay or _task_attempt() > 0
-        first = Anchor(pairs[0][0], pairs[0][1], barrier=summary.replay)
+        first = Anchor(pairs[0][0], pairs[0][1], barrier=summary.replay,
+                       origin=spec.downstream_next.get(tp, -1) < 0)
     position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
     _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, None)
     summary.syncs = 1
