@@ -235,3 +235,44 @@ def test_a_long_transactional_history_stays_within_the_bound_and_resolves_in_few
         got = target_offset(syncs, u, reader)
         assert got.exact and got.offset == sum(1 for v in range(u) if v % 5 != 4)
         assert reader.reads - before <= 12, u
+
+
+@settings(max_examples=300)
+@given(histories(), st.integers(2, 6), st.data())
+def test_a_crash_part_way_through_the_drivers_anchor_writes_leaves_state_that_stays_exact(
+        h: History, limit: int, data: st.DataObject) -> None:
+    """The driver writes a batch's anchor slots (and the tombstones of thinned or pruned ones) after the batch's
+    tasks wrote its records and positions; a kill -9 keeps only a prefix of those writes."""
+    store = PartitionAnchors(limit, 1)
+    compacted: dict[int, Anchor] = {}
+    crash_at = data.draw(st.integers(0, max(0, len(h.batches) - 1)))
+    for i, (fu, fd, lu, ld, replay) in enumerate(h.batches[:crash_at + 1]):
+        store.record_batch(Anchor(fu, fd), Anchor(lu, ld), replay=replay, fresh=i == 0)
+        if i == crash_at and data.draw(st.booleans()):
+            store.prune_below(data.draw(st.integers(0, lu + 1)))
+        writes = list(store.drain().items())
+        if i == crash_at:
+            writes = writes[:data.draw(st.integers(0, len(writes)))]
+        for slot, anchor in writes:
+            if anchor is None:
+                compacted.pop(slot, None)
+            else:
+                compacted[slot] = anchor
+    if not h.batches:
+        return
+    fu, fd, lu, ld, replay = h.batches[crash_at]
+    restarted = PartitionAnchors(limit, 1, compacted.items())
+    anchors = list(restarted.anchors)
+    if not anchors or anchors[-1].downstream < fd:  # what the reader adds from the position's batch-first record
+        anchors.append(Anchor(fu, fd, barrier=replay, origin=crash_at == 0))
+    read = next((v for v in h.visible if v > lu), h.source_end)
+    target = h.target[:ld + 1]
+    syncs = PartitionSyncs(tuple(anchors), Position("t", 0, read, ld + 1))
+    reader = ListReader(target)
+    for u in range(read + 1):
+        got = target_offset(syncs, u, reader)
+        assert got.exact or u <= anchors[0].upstream, got.reason
+        if got.exact:
+            after = {v for v in target[resume(got.offset):] if v is not None}
+            assert not {v for v in after if v < u}, f"re-reads (U={u}, T={got.offset})"
+            assert {v for v in h.visible if u <= v < read} <= after, f"skips (U={u}, T={got.offset})"
