@@ -46,7 +46,7 @@ from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, Write
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
-_SyncRecord = Any  # AnchorRecord | Position | OffsetRun | _Tombstone: each has key() and value()
+_SyncRecord = Any  # AnchorRecord | Position | _Tombstone: each has key() and value()
 _LEASE_REGAINED = "lease regained"
 
 
@@ -149,15 +149,14 @@ class _Driver:
                 for anchor in offset_syncs.anchors_of_runs(syncs.runs[tp].values()):
                     store.append(anchor)
                 migrated += len(syncs.runs[tp])
-            for run in syncs.runs.get(tp, {}).values():
-                records.append(run)
+            records.extend(_Tombstone(run) for run in syncs.runs.get(tp, {}).values())
             position = syncs.positions.get(tp)
             newest = store.last
             if position is not None and position.batch_first is not None and (
                     newest is None or position.batch_first.downstream > newest.downstream):
                 store.append(position.batch_first)  # the driver stopped before it recorded that batch
             self.anchors[tp] = store
-        self._write_syncs(records + self._anchor_writes(), tombstone_runs=True)
+        self._write_syncs(records + self._anchor_writes())
         if migrated:
             log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
 
@@ -165,14 +164,13 @@ class _Driver:
         return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
                 for slot, anchor in store.drain().items()]
 
-    def _write_syncs(self, records: list[_SyncRecord], *, tombstone_runs: bool = False) -> None:
+    def _write_syncs(self, records: list[_SyncRecord]) -> None:
         if not records:
             return
         if self.position_producer is None:
             self.position_producer = clients.producer(self.target, **{"acks": "all", "enable.idempotence": True})
         for record in records:
-            value = None if isinstance(record, OffsetRun) and tombstone_runs else record.value()
-            self.position_producer.produce(self.syncs_topic, value, record.key(), partition=0)
+            self.position_producer.produce(self.syncs_topic, record.value(), record.key(), partition=0)
             self.position_producer.poll(0)
         if self.position_producer.flush(60) > 0:
             raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}")
@@ -460,9 +458,9 @@ class _Driver:
 
 @dataclass(frozen=True)
 class _Tombstone:
-    """The tombstone of a position (a deleted topic's partition)."""
+    """The tombstone of an offset-sync record: a deleted topic's position, an old run turned into anchors."""
 
-    record: Position
+    record: Position | OffsetRun
 
     def key(self) -> bytes:
         return self.record.key()
