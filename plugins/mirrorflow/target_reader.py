@@ -29,8 +29,10 @@ class TargetRecords:
         self._consumer = Consumer({**consumer_settings, "group.id": "mirrorflow-target-reader",
                                    "enable.auto.commit": False, "isolation.level": "read_committed",
                                    "enable.partition.eof": True, "auto.offset.reset": "earliest",
-                                   # A probe must not wait for more data than the broker has now.
-                                   "queued.min.messages": 2_000, "fetch.wait.max.ms": 0})
+                                   # A probe must not wait for more data than the broker has now, nor out a
+                                   # backoff left by the previous probe's full queue (1 s by default).
+                                   "queued.min.messages": 2_000, "fetch.wait.max.ms": 0,
+                                   "fetch.queue.backoff.ms": 0})
         self.reads = 0  # fetches made: what a translation cost
 
     def partition(self, remote_topic: str, source_topic: str, partition: int) -> PartitionReader:
