@@ -5,10 +5,11 @@
 Three local clusters (ports 49492, 49592, 49692) under a temporary MIRRORFLOW_HOME:
   1. history: a 4-partition source topic written by 4 transactional producers (4 records per transaction, so
      a commit marker after every 4 records), mirrored by `mirrorflow stream` (at-least-once, read_committed).
-     After 10,000 and after 100,000 transactions (`--history`): the live offset-sync records (what compaction keeps),
-     the records the topic received, and a checkpoint round for 20 groups at random committed offsets (whose
-     translations are checked against the target's records). The same for an exactly-once flow into a third
-     cluster, counted in micro-batches;
+     After 10,000 transactions, produced 32 at a time while the stream mirrors them (a live source), and
+     after 100,000, the other 90,000 produced at once (a catch-up) (`--history`): the live offset-sync
+     records (what compaction keeps), the records the topic received, and a checkpoint round for 20 groups
+     at random committed offsets (whose translations are checked against the target's records). The same
+     for an exactly-once flow into a third cluster, counted in micro-batches;
   2. groups: checkpoint-round time for 100, 1,000 and 5,000 groups on a 12-partition topic, each group at a
      random offset per partition;
   3. start-up: time from launching the stream until a new record is mirrored, for the flow with the whole
@@ -65,7 +66,7 @@ def produce_transactions(topic: str, partitions: int, transactions: int, per_tra
     return time.monotonic() - begun
 
 
-def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float = 1800) -> float:
+def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float = 1800, poll_s: float = 1.0) -> float:
     from mirrorflow import offset_syncs
     from streams import end_offsets, wait_for
 
@@ -80,7 +81,11 @@ def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float =
         return all(positions.get((topic, p)) is not None and positions[(topic, p)].upstream_next >= e
                    for p, e in enumerate(ends))
 
-    wait_for(caught_up, timeout, f"{topic} mirrored by {flow}", stream)
+    deadline = time.monotonic() + timeout
+    while not caught_up():
+        if time.monotonic() > deadline or not stream.alive():
+            wait_for(caught_up, 1, f"{topic} mirrored by {flow}", stream)  # raises with the stream's log
+        time.sleep(poll_s)
     return time.monotonic() - begun
 
 
@@ -153,6 +158,7 @@ def start_up(stream: Any, topic: str, cfg: Any, flow: str) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--history", default="10000,100000", help="transactions mirrored when each row is measured")
+    ap.add_argument("--live-chunk", type=int, default=32, help="transactions per step of the first, live history")
     ap.add_argument("--eos-batches", type=int, default=2_000)
     ap.add_argument("--groups", default="100,1000,5000")
     ap.add_argument("--wide-records", type=int, default=10_000, help="records per partition of the 12-partition topic")
@@ -190,10 +196,16 @@ def main() -> None:
         # 1. history, at-least-once
         rows = []
         done = 0
-        for total in (int(t) for t in args.history.split(",")):
-            seconds = produce_transactions(HIST, 4, total - done, tag=f"h{total}")
-            done = total
-            wait_mirrored(cfg, "src->dst", HIST, alo)
+        for step, total in enumerate(int(t) for t in args.history.split(",")):
+            begun = time.monotonic()
+            if step == 0:  # mirrored as it is produced, as a running mirror sees a live source
+                for at in range(0, total, args.live_chunk):
+                    produce_transactions(HIST, 4, min(args.live_chunk, total - at), tag=f"live{at}")
+                    wait_mirrored(cfg, "src->dst", HIST, alo, poll_s=0.05)
+            else:  # the rest in bulk: a catch-up after a pause
+                produce_transactions(HIST, 4, total - done, tag=f"h{total}")
+                wait_mirrored(cfg, "src->dst", HIST, alo)
+            seconds, done = time.monotonic() - begun, total
             commit_groups(HIST, 4, history_groups, rng)
             round_s, found = timed_round(cfg, "src->dst")
             checked = check_exact(found, set(history_groups), bootstrap("dst"))
