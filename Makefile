@@ -47,7 +47,7 @@ bench: setup
 bench-batch: setup
 	$(BIN)/python tests/benchmark_batch.py
 
-# Offset-sync state and checkpoint rounds as history and groups grow, one run (about 40 minutes; not part of
+# Offset-sync state and checkpoint rounds as history and groups grow, one run (about 35 minutes; not part of
 # `make test`).
 bench-state: setup
 	$(BIN)/python tests/benchmark_state.py
