@@ -19,15 +19,15 @@ from streams import QUIET, config_text, create_topic
 pytestmark = [pytest.mark.kafka]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-SYNCS = "mirrorflow-offset-syncs_alpha_internal"
-REMOTE = "alpha_mig.orders"
+SYNCS = "mirrorflow-offset-syncs-alpha-internal"
+REMOTE = "alpha-mig.orders"
 
 
 def test_runs_of_an_older_version_become_anchors_and_translate_exactly(stream_clusters: config.MirrorConfig,
                                                                        tmp_path: Path) -> None:
     path = tmp_path / "mirror.properties"
     path.write_text(config_text(("alpha", "beta"), (PORTS["alpha"], PORTS["beta"]), ["alpha->beta"],
-                                "alpha->beta.topics = mig\\..*\nreplication.policy.separator = _\n"))
+                                "alpha->beta.topics = mig\\..*\nreplication.policy.separator = -\n"))
     cfg = config.load(path)
     create_topic(ALPHA, "mig.orders", 1)
     create_topic(BETA, REMOTE, 1)
