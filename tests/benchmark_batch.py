@@ -2,7 +2,7 @@
 
     make bench-batch                # or: .venv/bin/python tests/benchmark_batch.py [--records N]
 
-Two local clusters (ports 49092, 49192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of 512 B
+Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of 512 B
 records with two headers. Each job runs in its own Spark session (local[*]) as `mirrorflow backfill` and
 `mirrorflow audit` do; records/s is source records (backfill) or records compared, both sides (audit), over
 the job's wall time including Spark's start. Prints a Markdown table; writes bench-batch-results.json.
@@ -21,7 +21,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
-SRC, DST = 49092, 49192
+SRC, DST = 26092, 26192
 PARTITIONS, SIZE = 12, 512
 QUIET = {"log_level": 3}
 

@@ -2,7 +2,7 @@
 
     make bench                      # or: .venv/bin/python tests/benchmark_mirror.py [--records N]
 
-Two local clusters (ports 49092, 49192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of
+Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of
 1 KiB records; each mirror copies it from an empty target (throughput), then mirrors a fixed
 5,000 records/s for 30 s (replication latency measured by a consumer on the target: arrival time
 minus the record's CreateTime). Peak RSS is summed over each mirror's whole process tree.
@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
-SRC, DST = 49092, 49192
+SRC, DST = 26092, 26192
 PARTITIONS, SIZE, RATE, LATENCY_S = 12, 1024, 5000, 30
 QUIET = {"log_level": 3}
 

@@ -2,7 +2,7 @@
 
     make bench-state    # or: .venv/bin/python tests/benchmark_state.py [--history 10000,100000] [--groups 100,5000]
 
-Three local clusters (ports 49492, 49592, 49692) under a temporary MIRRORFLOW_HOME:
+Three local clusters (ports 26492, 26592, 26692) under a temporary MIRRORFLOW_HOME:
   1. history: a 4-partition source topic written by 4 transactional producers (4 records per transaction, so
      a commit marker after every 4 records), mirrored by `mirrorflow stream` (at-least-once, read_committed).
      After 10,000 transactions, produced 32 at a time while the stream mirrors them (a live source), and
@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-PORTS = {"src": 49492, "dst": 49592, "eos": 49692}
+PORTS = {"src": 26492, "dst": 26592, "eos": 26692}
 QUIET = {"log_level": 3}
 HIST, EOS_TOPIC, WIDE = "history-tx", "exactly-once-tx", "wide-12"
 

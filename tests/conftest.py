@@ -13,7 +13,7 @@ import pytest
 from mirrorflow import config, local
 
 REPO = Path(__file__).resolve().parent.parent
-PORTS = {"alpha": 39092, "beta": 39192, "gamma": 39292}
+PORTS = {"alpha": 25092, "beta": 25192, "gamma": 25292}
 SECURE_ALIAS = "gamma"
 
 

@@ -17,7 +17,7 @@ from mirrorflow import clients, config, flow_lease, metrics
 from streams import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
-PORT = "38080"
+PORT = "25080"
 FLOW = "home->away"
 
 

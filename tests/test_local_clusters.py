@@ -109,7 +109,7 @@ def test_down_stops_only_what_it_started(local_clusters: config.MirrorConfig, tm
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         fake = local.local_brokers(local_clusters, ["alpha"])[0]
-        cfg = config.from_text("clusters = other\nother.bootstrap.servers = 127.0.0.1:39392\n")
+        cfg = config.from_text("clusters = other\nother.bootstrap.servers = 127.0.0.1:25392\n")
         (other,) = local.local_brokers(cfg)
         other.folder.mkdir(parents=True, exist_ok=True)
         other.pid_file.write_text(str(stranger.pid))  # a pid that is not a broker we started
@@ -131,7 +131,7 @@ def test_cli_local_status_json(
 
 def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dict[str, str], tmp_path: Path) -> None:
     cfg_file = tmp_path / "delta.properties"
-    cfg_file.write_text("clusters = delta\ndelta.bootstrap.servers = 127.0.0.1:39492\n")
+    cfg_file.write_text("clusters = delta\ndelta.bootstrap.servers = 127.0.0.1:25492\n")
     cli = [sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg_file), "local"]
     try:
         r = subprocess.run([*cli, "up", "--secure"], capture_output=True, text=True, env=cluster_env, check=False)
@@ -139,11 +139,11 @@ def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dic
         (broker,) = local.local_brokers(config.load(cfg_file), secure=True)
         user, password = local.super_user_credentials(broker)
         assert password not in r.stdout + r.stderr and oct(broker.credentials_file.stat().st_mode)[-3:] == "600"
-        ok = AdminClient({"bootstrap.servers": "127.0.0.1:39492", "security.protocol": "SASL_PLAINTEXT",
+        ok = AdminClient({"bootstrap.servers": "127.0.0.1:25492", "security.protocol": "SASL_PLAINTEXT",
                           "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
         ok.create_topics([NewTopic("delta-t", 1, 1)])["delta-t"].result(30)
         with pytest.raises(KafkaException):
-            AdminClient({"bootstrap.servers": "127.0.0.1:39492", **QUIET}).list_topics(timeout=4)
+            AdminClient({"bootstrap.servers": "127.0.0.1:25492", **QUIET}).list_topics(timeout=4)
     finally:
         subprocess.run([*cli, "down", "--purge"], capture_output=True, env=cluster_env, check=False)
 

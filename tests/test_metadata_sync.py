@@ -38,7 +38,7 @@ from streams import create_topic
 pytestmark = pytest.mark.kafka
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-DELTA_PORT = 39392
+DELTA_PORT = 25392
 SASL = ("security.protocol = SASL_PLAINTEXT\n{a}.sasl.mechanism = SCRAM-SHA-512\n{a}.sasl.jaas.config = "
         "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" password=\"{pw}\";\n")
 

@@ -29,7 +29,7 @@ from streams import QUIET, StreamProcess, create_topic, end_offsets, producer, r
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 PRIMARY = f"127.0.0.1:{PORTS['alpha']}"
 BACKUP = f"127.0.0.1:{PORTS['beta']}"
-LOST_PORT = 39592
+LOST_PORT = 25592
 TOPIC, PARTITIONS, PER_PARTITION = "dr.orders", 3, 200
 GROUP = "dr-app"
 

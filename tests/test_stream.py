@@ -38,7 +38,7 @@ from streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-METRICS_PORT = 39464
+METRICS_PORT = 25464
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from streams import StreamProcess, config_text, create_topic, end_offsets, mirro
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-MASTER_PORT = 39777
+MASTER_PORT = 25777
 
 
 def _spark_class(*args: str, log: Path) -> subprocess.Popen[bytes]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, IsolationLevel, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from mirrorflow import admin_sync, clients, flow_lease, heartbeats, offset_syncs, selection
@@ -100,21 +100,32 @@ class StopWatch:
     def __init__(self, cfg: MirrorConfig, flow: Flow, on_stop: Callable[[Requested], None]) -> None:
         self.cfg, self.flow, self.on_stop = cfg, flow, on_stop
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mirrorflow-stop-watch", daemon=True)
+        self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Returns once the watch reads from the states topic's end as it is now: a stop requested after this
+        returns is seen, however slowly the watch's thread gets going."""
         _ensure_states_topic(self.cfg, self.flow, clients.admin(self.cfg.cluster(self.flow.target)))
+        settings = clients.settings(self.cfg.cluster(self.flow.target), "consumer")
+        consumer = Consumer({**settings, "group.id": "mirrorflow-stop-watch", "enable.auto.commit": False,
+                             "isolation.level": "read_committed"})
+        try:
+            _, end = consumer.get_watermark_offsets(TopicPartition(STATES_TOPIC, 0), timeout=admin_sync.TIMEOUT_S)
+        except KafkaException as exc:
+            consumer.close()
+            raise OperationalError(f"flow {self.flow.name}: cannot read {STATES_TOPIC} on {self.flow.target} to "
+                                   f"watch for stop requests: {exc.args[0].str()}") from None
+        consumer.assign([TopicPartition(STATES_TOPIC, 0, end)])
+        self._thread = threading.Thread(target=self._run, args=(consumer,), name="mirrorflow-stop-watch",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread is not None:
+            self._thread.join(10)
 
-    def _run(self) -> None:
-        settings = clients.settings(self.cfg.cluster(self.flow.target), "consumer")
-        consumer = Consumer({**settings, "group.id": "mirrorflow-stop-watch", "enable.auto.commit": False,
-                             "isolation.level": "read_committed"})
-        consumer.assign([TopicPartition(STATES_TOPIC, 0, OFFSET_END)])
+    def _run(self, consumer: Consumer) -> None:
         key = self.flow.name.encode()
         try:
             while not self._stop.is_set():

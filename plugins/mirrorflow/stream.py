@@ -115,10 +115,11 @@ class _Driver:
                                          self.flow.number("offset-syncs.topic.replication.factor"),
                                          admin_sync.COMPACTED)
         consumer_settings = self.consumer_settings
-        self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
-        self.lease.acquire()
+        # Watching before the lease is held: whoever sees the lease held can stop the stream.
         self.stop_watch = lifecycle.StopWatch(self.cfg, self.flow, self._stop_requested)
         self.stop_watch.start()
+        self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
+        self.lease.acquire()
         if self.exactly_once:
             stream_writer.fence(self.flow.name, self.flow.source, self.flow.target,
                                 self.producer_settings, self._source_partitions())
