@@ -174,9 +174,9 @@ def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_bro
     zero[at] = (40, {**source[0][40], "value": b"changed"})
     one = [(o, r) for o, r in enumerate(source[1][:50])]  # the flow has read 50 of 60: 50-59 are behind
     one[7] = (7, {**source[1][7], "headers": [("trace", b"changed"), ("empty", None)]})
-    looped = producer(ALPHA)  # a record that came from depot: the flow refuses it by design, not missing
+    looped = producer(ALPHA)  # it came from the depot topic it would go to: refused by design, counted, not missing
     looped.produce("bf.broken", b"from depot", partition=0, timestamp=_ms(window_start) + 5000,
-                   headers=[(HEADER, Provenance("depot", "bf.broken", 0, 3).encode())])
+                   headers=[(HEADER, Provenance("depot", "quarry.bf.broken", 0, 3).encode())])
     assert looped.flush(30) == 0
     _mirror_by_hand("bf.broken", 2, {0: zero, 1: one}, {0: 61, 1: 50})
 
@@ -186,11 +186,12 @@ def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_bro
     print("\n$ mirrorflow audit --flow quarry->depot --topics 'bf\\.broken'\n" + done.stdout)
     assert done.returncode == 1, done.stderr[-3000:]
     assert "INCOMPLETE: 10 missing (bf.broken-0 10-19); 2 differ (bf.broken-0@40 value, bf.broken-1@7 headers); " \
-           "5 duplicated (bf.broken-0 30-34); 10 not yet mirrored" in done.stdout, done.stdout
+           "5 duplicated (bf.broken-0 30-34); 10 not yet mirrored (the stream is behind); 1 refused: they came from " \
+           "the depot topic they would be written to (bf.broken-0 1)" in done.stdout, done.stdout
 
     report = audit.run(config.load(cfg_path), FLOW, topics=r"bf\.broken", spark=spark)
     p0, p1 = report.partitions
-    assert (p0.end, p0.source_records, p0.mirrored_records, p0.copies) == (61, 60, 50, 55)
+    assert (p0.end, p0.source_records, p0.mirrored_records, p0.copies, p0.refused) == (61, 61, 50, 55, 1)
     assert (p0.missing, p0.missing_ranges, p0.duplicated, p0.duplicated_ranges) == (10, ((10, 19),), 5, ((30, 34),))
     assert [(d.offset, d.fields) for d in p0.differences] == [(40, ("value",))]
     assert (p1.missing, p1.duplicated, p1.behind, p1.behind_from) == (0, 0, 10, 50)

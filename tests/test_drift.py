@@ -15,6 +15,7 @@ from mirrorflow.drift import (
     SetConfig,
     TopicState,
     plan,
+    unseen,
 )
 
 
@@ -101,3 +102,21 @@ def test_disabled_syncs_plan_nothing() -> None:
     target = ClusterState("b", {"a.t": topic()}, acls=())
     f = flow("sync.topic.configs.enabled = false\nsync.topic.acls.enabled = false\n")
     assert plan(f, source, target) == []
+
+
+def test_unseen_names_exactly_the_changes_a_snapshot_does_not_show_yet() -> None:
+    acl = Acl("a.t", "User:carol", "READ", "ALLOW")
+    done = [CreateTopic("a.t", 3, 1, {"retention.ms": "5"}), AddPartitions("a.u", 1, 4),
+            SetConfig("a.u", "cleanup.policy", None, "compact"), DeleteConfig("a.u", "retention.ms", "9"),
+            CreateAcl(acl, acl), Notice("not a change")]
+    before = ClusterState("b", {"a.u": topic(1, retention_ms=ConfigValue("9"))}, acls=())
+    assert unseen(done, before) == done[:5]
+    half = ClusterState("b", {"a.t": topic(3, retention_ms=ConfigValue("6")),
+                              "a.u": topic(4, cleanup_policy=ConfigValue("compact"),
+                                           retention_ms=ConfigValue("9", source="topic"))}, acls=())
+    assert unseen(done, half) == [done[0], done[3], done[4]]
+    after = ClusterState("b", {"a.t": topic(3, retention_ms=ConfigValue("5")),
+                               "a.u": topic(5, cleanup_policy=ConfigValue("compact"),
+                                            retention_ms=ConfigValue("7", source="default"))}, acls=(acl,))
+    assert unseen(done, after) == []
+    assert unseen([CreateAcl(acl, acl)], ClusterState("b", {}, acls=None)) == [CreateAcl(acl, acl)]

@@ -33,6 +33,7 @@ from confluent_kafka.admin import (
 from conftest import PORTS, clusters_text, deployment, own_broker
 from mirrorflow import admin_sync, clients, config, drift
 from mirrorflow.drift import AddPartitions, CreateAcl, CreateTopic, DeleteConfig, Notice, SetConfig
+from mirrorflow.errors import OperationalError
 from streams import create_topic
 
 pytestmark = pytest.mark.kafka
@@ -167,6 +168,11 @@ def test_acls_are_translated_by_mm2s_rules_and_created_once(clusters) -> None:  
         _acl("t7.", "User:dave", AclOperation.READ, allow, ResourcePatternType.PREFIXED),
     ]).values():
         f.result(30)
+    # The test's own writes to the source are read back under the same rule: KRaft brokers apply them later.
+    admin_sync.confirm("gamma", gamma, [drift.CreateAcl(a, a) for a in (
+        drift.Acl("t7.acl", "User:alice", "READ", "ALLOW"), drift.Acl("t7.acl", "User:bob", "WRITE", "ALLOW"),
+        drift.Acl("t7.acl", "User:carol", "ALL", "ALLOW"), drift.Acl("t7.acl", "User:mallory", "READ", "DENY"),
+        drift.Acl("t7.", "User:dave", "READ", "ALLOW", pattern="PREFIXED"))])
     planned = _plan(cfg, "gamma->delta")
     assert [c.acl for c in planned if isinstance(c, CreateAcl)] == [
         drift.Acl("gamma.t7.acl", "User:alice", "READ", "ALLOW"),
@@ -180,6 +186,17 @@ def test_acls_are_translated_by_mm2s_rules_and_created_once(clusters) -> None:  
     found = {(b.principal, b.operation.name, b.permission_type.name) for b in delta.describe_acls(query).result(30)}
     assert found == {("User:alice", "READ", "ALLOW"), ("User:carol", "READ", "ALLOW"), ("User:mallory", "READ", "DENY")}
     assert _changes(cfg, "gamma->delta") == []
+
+
+def test_a_change_the_cluster_never_shows_is_reported_in_one_line_after_the_bounded_wait(clusters) -> None:  # type: ignore[no-untyped-def]
+    cfg, _ = clusters
+    delta = _admin(cfg, "delta")
+    with pytest.raises(OperationalError) as raised:
+        admin_sync.confirm("delta", delta, [CreateTopic("t8.never", 2, 1, {}), AddPartitions("t8.never", 2, 3)],
+                           timeout_s=1.5)
+    assert str(raised.value) == ("delta: made, but not visible after 2 s: + create topic t8.never (2 partitions, "
+                                 "replication factor 1) (and 1 more); the brokers lag the controller "
+                                 "(kafka-metadata-quorum.sh describe --replication)")
 
 
 def test_missing_permission_on_the_target_names_the_operation_and_the_resource(clusters, tmp_path) -> None:  # type: ignore[no-untyped-def]

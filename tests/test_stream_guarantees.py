@@ -6,7 +6,10 @@ topics and remote topic names never collide with another module's.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,6 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import PORTS
 from mirrorflow import config, topology
+from mirrorflow.provenance import HEADER, Provenance
 from streams import (
     SteadyProducer,
     StreamProcess,
@@ -81,6 +85,8 @@ def test_active_active_never_loops(stream_clusters: config.MirrorConfig, tmp_pat
     cfg = _write_config(tmp_path, (a, b), [f"{a}->{b}", f"{b}->{a}"], extra)
     for bootstrap in (ALPHA, BETA):
         create_topic(bootstrap, topic, 2)
+    derived = f"{topic}-derived"  # an application on b writes it from mirrored input, forwarding its headers
+    create_topic(BETA, derived, 1)
     remote_on_b = f"{a}.{topic}" if policy == "default" else topic
     remote_on_a = f"{b}.{topic}" if policy == "default" else topic
     streams = [StreamProcess(cfg, f"{a}->{b}", tmp_path / "ab"), StreamProcess(cfg, f"{b}->{a}", tmp_path / "ba")]
@@ -92,6 +98,9 @@ def test_active_active_never_loops(stream_clusters: config.MirrorConfig, tmp_pat
             for i in range(200):
                 p.produce(topic, f"{tag}-{i}".encode(), partition=i % 2)
             p.flush(30)
+        p = producer(BETA)
+        p.produce(derived, b"derived-0", partition=0, headers=[(HEADER, Provenance(a, topic, 0, 5).encode())])
+        p.flush(30)
         own = 200
         if policy == "identity":  # each side holds its own records plus the other side's, once
             wait_for(lambda: sum(end_offsets(ALPHA, topic)) >= 2 * own and sum(end_offsets(BETA, topic)) >= 2 * own,
@@ -106,6 +115,18 @@ def test_active_active_never_loops(stream_clusters: config.MirrorConfig, tmp_pat
             expected = {tag: own, other: own} if policy == "identity" else {tag: own}
             assert counts == expected, (remote, counts)
             assert len(values) == len(set(values))
+        # New data whose forwarded header names a and another topic: mirrored to a, once, and not back to b.
+        derived_on_a = derived if policy == "identity" else f"{b}.{derived}"
+        wait_for(lambda: sum(end_offsets(ALPHA, derived_on_a) or [0]) >= 1, 120, "the forwarded record", streams[1])
+        assert [m.value() for m in read_partition(ALPHA, derived_on_a, 0)] == [b"derived-0"]
+        assert [m.value() for m in read_partition(BETA, derived, 0)] == [b"derived-0"]
+        if policy == "identity":  # each side refuses the other's copies of its own records, and says so
+            expected = {f"{a}->{b}": own + 1, f"{b}->{a}": own}
+            wait_for(lambda: _refused(cfg) == expected, 60, "the refused counts in status", streams[0])
+            for s in streams:
+                assert "record(s) refused from offset" in s.output(), s.output()[-3000:]
+        else:
+            assert _refused(cfg) == {f"{a}->{b}": 0, f"{b}->{a}": 0}
         if policy == "default":
             assert sum(end_offsets(ALPHA, f"{a}.{b}.{topic}") or [0]) == 0
             assert sum(end_offsets(BETA, f"{b}.{a}.{topic}") or [0]) == 0
@@ -113,6 +134,13 @@ def test_active_active_never_loops(stream_clusters: config.MirrorConfig, tmp_pat
     finally:
         for s in streams:
             s.stop()
+
+
+def _refused(cfg: Path) -> dict[str, int]:
+    """What `mirrorflow status --json` says each flow refused."""
+    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "status", "--json"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return {f["flow"]: f.get("refused-count", 0) for f in json.loads(out.stdout)}
 
 
 def test_a_record_too_large_for_the_target_stops_the_flow_naming_it(

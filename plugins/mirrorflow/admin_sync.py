@@ -8,6 +8,7 @@ apply, so topics are created one way only.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -125,7 +126,8 @@ def snapshot(admin: AdminClient, alias: str, wanted: Callable[[str], bool], *, a
 
 
 def apply(cluster: str, admin: AdminClient, changes: Sequence[Change]) -> list[Change]:
-    """Make the plan's changes on the target cluster; the ones made (notices are not changes)."""
+    """Make the plan's changes on the target cluster; the ones made (notices are not changes), once the cluster
+    shows them (`confirm`)."""
     done: list[Change] = []
     creates = [c for c in changes if isinstance(c, CreateTopic)]
     if creates:
@@ -151,7 +153,29 @@ def apply(cluster: str, admin: AdminClient, changes: Sequence[Change]) -> list[C
     if acls:
         wait(admin.create_acls([_binding(c.acl) for c in acls]), f"cannot create ACL on {cluster}:")
         done += acls
+    confirm(cluster, admin, done)
     return done
+
+
+def confirm(cluster: str, admin: AdminClient, done: Sequence[Change], timeout_s: float = TIMEOUT_S) -> None:
+    """Return once a fresh read of the cluster shows every change made; else one OperationalError naming the first
+    that it does not show. (KRaft brokers apply metadata asynchronously: the next read may miss a change.)"""
+    if not done:
+        return
+    topics = {c.topic for c in done if not isinstance(c, CreateAcl | Notice)}
+    acls = any(isinstance(c, CreateAcl) for c in done)
+    deadline, pause = time.monotonic() + timeout_s, 0.05
+    while True:
+        state = snapshot(admin, cluster, topics.__contains__, acls=acls)
+        missing = drift.unseen(done, state)
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise OperationalError(f"{cluster}: made, but not visible after {timeout_s:.0f} s: {missing[0]}{more}; "
+                                   "the brokers lag the controller (kafka-metadata-quorum.sh describe --replication)")
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient,
@@ -182,17 +206,16 @@ def ensure_internal_topic(admin: AdminClient, cluster: str, topic: str, wanted_r
     if topic in counts:
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
         current = wait(admin.describe_configs([resource]), f"cannot read the configs of {cluster}")[resource]
-        changes = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()
+        changes = [SetConfig(topic, k, current[k].value if k in current else None, v) for k, v in configs.items()
                    if k not in current or current[k].value != v]
         if changes:
-            wait(admin.incremental_alter_configs([ConfigResource(ConfigResource.Type.TOPIC, topic,
-                                                                 incremental_configs=changes)]),
-                 f"cannot alter the configs of {cluster}")
-            log.info("%s %s: set %s", cluster, topic, ", ".join(f"{c.name}={c.value}" for c in changes))
+            apply(cluster, admin, changes)
+            log.info("%s %s: set %s", cluster, topic, ", ".join(f"{c.key}={c.new}" for c in changes))
         return
     rf = replication_factor(wanted_rf, brokers, f"{cluster} {topic}")
     wait(admin.create_topics([NewTopic(topic, 1, rf, config=dict(configs))]),
          f"cannot create internal topic on {cluster}:", tolerate=(KafkaError.TOPIC_ALREADY_EXISTS,))
+    confirm(cluster, admin, [CreateTopic(topic, 1, rf, dict(configs))])
 
 
 def _name(resource: Any) -> str:

@@ -12,7 +12,9 @@ partition, sorted by offset; a streaming pass per partition (`walk`) then classi
   missing     no copy, and the flow's offset syncs say the flow has read past it;
   behind      no copy, and the flow has not read it yet (the stream is behind: not counted as missing);
   duplicated  more than one copy;
-  differing   some copy's key, value, headers, timestamp or partition differs from the source.
+  differing   some copy's key, value, headers, timestamp or partition differs from the source;
+  refused     a provenance hop names the target's very topic the record would be written to: the stream
+              refuses it (it would loop), so it is counted here, not expected on the target.
 
 Copies of offsets with no source record in the range (compacted or expired since) are counted as `unexpected`.
 Only per-partition tallies and the first examples reach the driver.
@@ -20,7 +22,7 @@ The audit is complete when nothing is missing or differs; duplicates are reporte
 exactly-once target, where they break the guarantee (at-least-once allows them by design).
 
 Invariants of `walk`, each tested:
-  A. every source record of a range is counted exactly once as mirrored, missing or behind;
+  A. every source record of a range is counted exactly once as mirrored, missing, behind or refused;
   B. missing and duplicated ranges are maximal runs of consecutive source records, in offset order.
 """
 
@@ -41,6 +43,7 @@ from mirrorflow.errors import ConfigError
 from mirrorflow.ranges import SourceRange, Window
 
 EXAMPLES = 20  # ranges and differing records kept per partition; the counts are always complete
+_SOURCE, _COPY, _REFUSED = 0, 1, 2  # the `side` of a row: a source record, a target copy, a refused source record
 _FIELDS = ("key", "value", "headers", "timestamp", "partition")
 _DIGESTS = ("kd", "vd", "hd", "ts", "at_partition")
 _COLUMNS = ("topic", "partition", "offset", "side", *_DIGESTS, "at_offset")
@@ -49,12 +52,12 @@ _RESULT = pa.schema([
     ("mirrored_records", pa.int64()), ("copies", pa.int64()), ("unexpected", pa.int64()),
     ("missing", pa.int64()), ("missing_ranges", pa.string()), ("missing_range_count", pa.int64()),
     ("duplicated", pa.int64()), ("duplicated_ranges", pa.string()), ("duplicated_range_count", pa.int64()),
-    ("differing", pa.int64()), ("differences", pa.string()), ("behind", pa.int64()),
+    ("differing", pa.int64()), ("differences", pa.string()), ("behind", pa.int64()), ("refused", pa.int64()),
 ])
 _RESULT_DDL = ("topic string, partition int, source_records long, mirrored_records long, copies long, "
                "unexpected long, missing long, missing_ranges string, missing_range_count long, duplicated long, "
                "duplicated_ranges string, duplicated_range_count long, differing long, differences string, "
-               "behind long")
+               "behind long, refused long")
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class PartitionAudit:
     differing: int = 0
     differences: tuple[Difference, ...] = ()
     behind: int = 0
+    refused: int = 0  # records that would return to the target topic they came from (never written)
 
     @property
     def name(self) -> str:
@@ -125,8 +129,11 @@ class AuditReport:
         """One line: the verdict, the totals and the first examples of what is wrong."""
         head = f"audit {self.flow} ({self.window})"
         records = self.total("source_records")
-        behind = self.total("behind")
+        behind, refused = self.total("behind"), self.total("refused")
         tail = f"; {behind} not yet mirrored (the stream is behind)" if behind else ""
+        if refused:
+            tail += (f"; {refused} refused: they came from the {self.target} topic they would be written to "
+                     f"({', '.join(self._examples('refused', 3))})")
         if self.complete:
             dup = self.total("duplicated")
             extra = f"; {dup} duplicated (at-least-once)" if dup else ""
@@ -144,21 +151,24 @@ class AuditReport:
         for p in self.partitions:
             if what == "differing":
                 out += [f"{p.name}@{d.offset} {'+'.join(d.fields)}" for d in p.differences]
+            elif what == "refused":
+                out += [f"{p.name} {p.refused}"] if p.refused else []
             else:
                 out += [f"{p.name} {_span(r)}" for r in getattr(p, f"{what}_ranges")]
         return out[:limit] + (["…"] if len(out) > limit else [])
 
     def table(self) -> str:
         rows = [("partition", "range", "source", "mirrored", "missing", "duplicated", "differing", "behind",
-                 "first examples")]
+                 "refused", "first examples")]
         for p in self.partitions:
             examples = ([f"missing {_span(r)}" for r in p.missing_ranges[:3]]
                         + [f"dup {_span(r)}" for r in p.duplicated_ranges[:3]]
                         + [f"@{d.offset} {'+'.join(d.fields)}" for d in p.differences[:3]])
             behind = f"{p.behind} from {p.behind_from}" if p.behind else "0"
             rows.append((p.name, f"{p.start}-{p.end}", str(p.source_records), str(p.mirrored_records),
-                         str(p.missing), str(p.duplicated), str(p.differing), behind, ", ".join(examples)))
-        lines = aligned(rows, left=(0, 1, 8))
+                         str(p.missing), str(p.duplicated), str(p.differing), behind, str(p.refused),
+                         ", ".join(examples)))
+        lines = aligned(rows, left=(0, 1, 9))
         cost = (f"{self.total('source_records') + self.total('copies') + self.total('unexpected')} records compared "
                 f"in {self.seconds:.1f} s ({self.records_per_s:,.0f} records/s)")
         return "\n".join([*lines, "", self.summary(), cost])
@@ -171,7 +181,7 @@ class AuditReport:
         for p, d in zip(self.partitions, out["partitions"], strict=True):
             d["behind_from"] = p.behind_from
         for name in ("source_records", "mirrored_records", "missing", "duplicated", "differing", "behind",
-                     "unexpected"):
+                     "unexpected", "refused"):
             out[name] = self.total(name)
         as_json: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as a JSON reader or XCom sees them
         return as_json
@@ -222,16 +232,15 @@ def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None) -> Partition
         missing_range_count=row["missing_range_count"], duplicated=row["duplicated"],
         duplicated_ranges=tuple((x[0], x[1]) for x in json.loads(row["duplicated_ranges"])),
         duplicated_range_count=row["duplicated_range_count"], differing=row["differing"],
-        differences=differences, behind=row["behind"])
+        differences=differences, behind=row["behind"], refused=row["refused"])
 
 
 # -- the Spark job ------------------------------------------------------------------------------
 
 def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> Any:
-    """The source records of the non-empty ranges the flow mirrors, as Spark's Kafka source gives them.
-
-    Records that came from the flow's target (a provenance hop names it) are left out: the stream refuses
-    them by design (active/active), so they are neither expected on the target nor written by a backfill.
+    """The source records of the non-empty ranges the flow mirrors, as Spark's Kafka source gives them, and
+    `refused`: a provenance hop names the flow's target and the remote topic, so the stream's writer refuses
+    the record (it would loop back to where it came from); the audit counts it, never expects it.
     """
     wanted = [r for r in planned if r.size > 0]
     if not wanted:
@@ -244,7 +253,15 @@ def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[S
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
     records = _read(spark, cluster, assign, json.dumps(starting), json.dumps(ending))
-    return records.where(f"NOT coalesce(exists(headers, h -> {_hop_of(flow.target)}), false)")
+    returns = spark.createDataFrame(
+        sorted({(r.topic, provenance.prefix(flow.target, r.remote).decode()) for r in wanted}),
+        "topic string, returning_prefix string")
+    from pyspark.sql.functions import broadcast
+
+    hop = f"h.key = '{provenance.HEADER}' AND startswith(CAST(h.value AS STRING), returning_prefix)"
+    return (records.join(broadcast(returns), "topic")
+            .selectExpr("*", f"coalesce(exists(headers, h -> {hop}), false) AS refused")
+            .drop("returning_prefix"))
 
 
 def _hop_of(cluster: str) -> str:
@@ -304,7 +321,7 @@ def _read(spark: Any, cluster: Cluster, assign: Mapping[str, list[int]], startin
     return reader.load()
 
 
-def _digests(side: int, at_partition: str, at_offset: str) -> list[str]:
+def _digests(side: str, at_partition: str, at_offset: str) -> list[str]:
     headers = "IF(headers IS NULL OR size(headers) = 0, 0L, xxhash64(headers))"
     return ["topic", "partition", "offset", f"CAST({side} AS TINYINT) AS side",
             "xxhash64(key, key IS NULL) AS kd", "xxhash64(value, value IS NULL) AS vd", f"{headers} AS hd",
@@ -315,10 +332,10 @@ def _tallies(spark: Any, cfg: MirrorConfig, flow: Flow, planned: Sequence[Source
     source = source_records(spark, cfg.cluster(flow.source), flow, planned)
     if source is None:
         return []
-    sides = source.selectExpr(*_digests(0, "partition", "offset"))
+    sides = source.selectExpr(*_digests(f"IF(refused, {_REFUSED}, {_SOURCE})", "partition", "offset"))
     copies = target_copies(spark, cfg.cluster(flow.target), flow, planned)
     if copies is not None:
-        sides = sides.unionByName(copies.selectExpr(*_digests(1, "at_partition", "at_offset")))
+        sides = sides.unionByName(copies.selectExpr(*_digests(str(_COPY), "at_partition", "at_offset")))
     bounds = {(r.topic, r.partition): (r.mirrored, r.remote) for r in planned}
     tasks = max(1, min(len(planned), spark.sparkContext.defaultParallelism * 2))
     rows = (sides.repartition(tasks, "topic", "partition")
@@ -355,16 +372,23 @@ class _Tally:
     def __init__(self, tp: tuple[str, int], mirrored: int | None, remote: str) -> None:
         self.tp, self.mirrored, self.remote = tp, mirrored, remote
         self.source_records = self.mirrored_records = self.copies = self.unexpected = 0
-        self.missing = self.duplicated = self.differing = self.behind = 0
+        self.missing = self.duplicated = self.differing = self.behind = self.refused = 0
         self.missing_ranges, self.duplicated_ranges = _Ranges(), _Ranges()
         self.differences: list[tuple[int, list[str], str]] = []
 
-    def record(self, offset: int, source: tuple[Any, ...] | None, copies: list[tuple[Any, ...]]) -> None:
+    def record(self, offset: int, source: tuple[Any, ...] | None, copies: list[tuple[Any, ...]],
+               refused: bool = False) -> None:
         """Classify one source offset: its source digests (None: no source record) and its copies' digests."""
         if source is None:
             self.unexpected += len(copies)
             return
         self.source_records += 1
+        if refused:
+            self.refused += 1
+            self.unexpected += len(copies)
+            self.missing_ranges.cut()
+            self.duplicated_ranges.cut()
+            return
         self.copies += len(copies)
         if not copies:
             self.duplicated_ranges.cut()
@@ -398,7 +422,7 @@ class _Tally:
                 "missing_range_count": self.missing_ranges.count, "duplicated": self.duplicated,
                 "duplicated_ranges": json.dumps(self.duplicated_ranges.first),
                 "duplicated_range_count": self.duplicated_ranges.count, "differing": self.differing,
-                "differences": json.dumps(self.differences), "behind": self.behind}
+                "differences": json.dumps(self.differences), "behind": self.behind, "refused": self.refused}
 
 
 def walk(bounds: Mapping[tuple[str, int], tuple[int | None, str]],
@@ -411,6 +435,7 @@ def walk(bounds: Mapping[tuple[str, int], tuple[int | None, str]],
     tally: _Tally | None = None
     offset: int | None = None
     source: tuple[Any, ...] | None = None
+    refused = False
     copies: list[tuple[Any, ...]] = []
     for batch in batches:
         cols = [batch.column(name).to_pylist() for name in _COLUMNS]
@@ -420,16 +445,16 @@ def walk(bounds: Mapping[tuple[str, int], tuple[int | None, str]],
             tp = (topics[i], parts[i])
             if tally is None or tp != tally.tp or offsets[i] != offset:
                 if tally is not None and offset is not None:
-                    tally.record(offset, source, copies)
+                    tally.record(offset, source, copies, refused)
                 if tally is None or tp != tally.tp:
                     mirrored, remote = bounds[tp]
                     tally = tallies.setdefault(tp, _Tally(tp, mirrored, remote))
-                offset, source, copies = offsets[i], None, []
-            if sides[i] == 0:
-                source = digests[i]
-            else:
+                offset, source, refused, copies = offsets[i], None, False, []
+            if sides[i] == _COPY:
                 copies.append(digests[i])
+            else:
+                source, refused = digests[i], sides[i] == _REFUSED
     if tally is not None and offset is not None:
-        tally.record(offset, source, copies)
+        tally.record(offset, source, copies, refused)
     if tallies:
         yield pa.RecordBatch.from_pylist([t.row() for t in tallies.values()], schema=_RESULT)

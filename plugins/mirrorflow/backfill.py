@@ -50,6 +50,7 @@ class PartitionBackfill:
     requested_end: int  # the request's end; beyond `end` the offsets are the stream's
     mode: str  # seed: the flow had never read it (syncs written, position set); repair: below the position
     written: int
+    refused: int = 0  # records that came from the target topic they would be written to (never written)
 
     @property
     def name(self) -> str:
@@ -68,23 +69,29 @@ class BackfillReport:
     def written(self) -> int:
         return sum(p.written for p in self.partitions)
 
+    @property
+    def refused(self) -> int:
+        return sum(p.refused for p in self.partitions)
+
     def summary(self) -> str:
         covered = sum(p.end - p.start for p in self.partitions)
         left = [p for p in self.partitions if p.requested_end > p.end]
         tail = (f"; offsets from the flow's position on left to the stream in {len(left)} partitions "
                 f"(e.g. {left[0].name} from {left[0].end})" if left else "")
+        if self.refused:
+            tail += f"; {self.refused} refused: they came from the target topic they would be written to"
         return (f"backfill {self.flow} ({self.window}): wrote {self.written} records over {covered} offsets in "
                 f"{len(self.partitions)} partitions in {self.seconds:.1f} s; everything else was already on the "
                 f"target{tail}")
 
     def table(self) -> str:
-        rows = [("partition", "mode", "range", "written")]
-        rows += [(p.name, p.mode, f"{p.start}-{p.end}", str(p.written)) for p in self.partitions]
+        rows = [("partition", "mode", "range", "written", "refused")]
+        rows += [(p.name, p.mode, f"{p.start}-{p.end}", str(p.written), str(p.refused)) for p in self.partitions]
         return "\n".join([*audit.aligned(rows, left=(0, 1, 2)), "", self.summary()])
 
     def as_dict(self) -> dict[str, Any]:
         as_json: dict[str, Any] = json.loads(json.dumps({**asdict(self), "written": self.written,
-                                                         "summary": self.summary()}))
+                                                         "refused": self.refused, "summary": self.summary()}))
         return as_json
 
 
@@ -126,7 +133,8 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
             lifecycle.start(cfg, flow, "backfill finished")
     partitions = tuple(PartitionBackfill(j.topic, j.partition, j.start, j.end, r.end,
                                          SEED if j.mirrored is None else REPAIR,
-                                         written.get((j.topic, j.partition), {}).get("records", 0))
+                                         written.get((j.topic, j.partition), {}).get("records", 0),
+                                         written.get((j.topic, j.partition), {}).get("refused", 0))
                        for j, r in jobs)
     return BackfillReport(flow.name, _label(window, from_offsets), partitions, time.monotonic() - begun, resume)
 

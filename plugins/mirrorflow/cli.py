@@ -380,6 +380,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             lines.append(metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
             lines.extend(f"  {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
                          f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"
+                         + (f", {p['refused-count']} refused (they came from the topic they would go to)"
+                            if p.get("refused-count") else "")
                          for p in snap["partitions"])
         if checkpoints is not None:
             snap["checkpoints"] = checkpoints

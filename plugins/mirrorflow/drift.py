@@ -2,6 +2,8 @@
 
 Pure: `plan` reads a snapshot of the source and of the target (admin_sync.snapshot) and returns the changes;
 admin_sync.apply makes them. Running the plan again after applying it gives no changes (only notices).
+KRaft brokers learn of a change asynchronously, so a read right after a write can miss it: `unseen` says which
+changes a snapshot does not show yet, and apply reports a change done only once a snapshot shows it.
 
 MirrorMaker 2's rules, each with a test:
   topics   every replicated source topic has a remote topic with at least its partitions. It is created with
@@ -148,6 +150,36 @@ def plan(flow: Flow, source: ClusterState, target: ClusterState, parts: Collecti
     if "acls" in parts and flow.flag("sync.topic.acls.enabled"):
         out += _acls(source, target, remote)
     return out
+
+
+def unseen(changes: Collection[Change], state: ClusterState) -> list[Change]:
+    """The changes that `state` does not show (notices left out).
+
+    Invariant: unseen(changes, state) == [] iff for every change, `state` holds what the change asked for:
+    the topic with at least its partitions (and its create-time configs), the config value, a deleted config
+    back at a default, the ACL.
+    """
+    def shown(c: Change) -> bool:
+        topic = state.topics.get(getattr(c, "topic", ""))
+        if isinstance(c, CreateTopic):
+            return topic is not None and topic.partitions >= c.partitions and all(
+                _value(topic, k) == v for k, v in c.configs.items())
+        if isinstance(c, AddPartitions):
+            return topic is not None and topic.partitions >= c.wanted
+        if isinstance(c, SetConfig):
+            return topic is not None and _value(topic, c.key) == c.new
+        if isinstance(c, DeleteConfig):
+            return topic is not None and (c.key not in topic.configs or topic.configs[c.key].source != "topic")
+        if isinstance(c, CreateAcl):
+            return state.acls is not None and c.acl in state.acls
+        return False
+
+    return [c for c in changes if not isinstance(c, Notice) and not shown(c)]
+
+
+def _value(topic: TopicState, key: str) -> str | None:
+    entry = topic.configs.get(key)
+    return entry.value if entry is not None else None
 
 
 def desired_configs(flow: Flow, topic: TopicState) -> dict[str, str | None]:

@@ -148,6 +148,12 @@ class FlowMetrics:
             for m in self.partitions.values():
                 m.window.append((now, m.records, m.bytes))
 
+    def refused(self, tp: tuple[str, int]) -> int:
+        """Records of the partition refused so far (they would have returned to the topic they came from)."""
+        with self._lock:
+            m = self.partitions.get(tp)
+            return m.refused if m is not None else 0
+
     def observe_source_ends(self, ends: Mapping[tuple[str, int], int]) -> None:
         with self._lock:
             for tp, end in ends.items():
@@ -196,6 +202,7 @@ class FlowMetrics:
                 "last-batch": self.last_batch,
                 "record-count": sum(p["record-count"] for p in parts),
                 "byte-count": sum(p["byte-count"] for p in parts),
+                "refused-count": sum(p["refused-count"] for p in parts),
                 "record-rate": round(sum(p["record-rate"] for p in parts), 1),
                 "byte-rate": round(sum(p["byte-rate"] for p in parts), 1),
                 "replication-lag-records": sum(p["replication-lag-records"] for p in parts),
@@ -212,7 +219,7 @@ def progress_line(s: Mapping[str, Any]) -> str:
             f"({s['record-rate']:.0f}/s, {s['byte-rate'] / 1e6:.1f} MB/s), lag {s['replication-lag-records']} "
             f"records / {s['replication-lag-seconds']:.1f} s, latency avg {s['replication-latency-ms-avg']:.0f} ms "
             f"p99 {s['replication-latency-ms-p99']} ms, {len(s['partitions'])} partitions, "
-            f"{s['batches']} batches")
+            f"{s['batches']} batches" + (f", {s['refused-count']} refused" if s.get("refused-count") else ""))
 
 
 _PER_PARTITION = (
@@ -220,7 +227,7 @@ _PER_PARTITION = (
     ("record-age-ms-min", "gauge"), ("record-age-ms-avg", "gauge"), ("record-age-ms-max", "gauge"),
     ("replication-latency-ms-min", "gauge"), ("replication-latency-ms-avg", "gauge"),
     ("replication-latency-ms-max", "gauge"), ("replication-latency-ms-p99", "gauge"),
-    ("replication-lag-records", "gauge"), ("replication-lag-seconds", "gauge"),
+    ("replication-lag-records", "gauge"), ("replication-lag-seconds", "gauge"), ("refused-count", "counter"),
 )
 
 

@@ -428,6 +428,13 @@ class _Driver:
             self.mirrored[tp] = end
         self._write_syncs(records)
         self.first_batch_of_query = False
+        for r in rows:
+            if r["refused"] and not self.metrics.refused((r["topic"], r["partition"])):
+                log.warning("flow %s: %s-%d: %d record(s) refused from offset %d on: a provenance header says they "
+                            "came from %s's topic %s, where they would be written (an active/active loop); every "
+                            "one is counted as refused (status, metrics, audit)", self.flow.name, r["topic"],
+                            r["partition"], r["refused"], r["first_refused"], self.flow.target,
+                            spec.remote[r["topic"]])
         self.metrics.observe(rows)
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int]) -> WriterSpec:

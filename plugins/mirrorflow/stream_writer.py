@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ts")
 SUMMARY_SCHEMA = (
-    "topic string, partition int, records long, bytes long, skipped long, refused long, filtered long, "
+    "topic string, partition int, records long, bytes long, skipped long, refused long, first_refused long, "
+    "filtered long, "
     "upstream_next long, downstream_next long, first_upstream long, first_downstream long, "
     "last_upstream long, last_downstream long, replay boolean, syncs long, "
     "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
@@ -140,6 +141,7 @@ class _Summary:
         self.first: tuple[int, int] | None = None  # (upstream, downstream) of the first and last mirrored record
         self.last: tuple[int, int] | None = None
         self.replay = False
+        self.first_refused: int | None = None
         self.latency = metrics.Distribution()
         self.age = metrics.Distribution()
         self.last_timestamp = -1
@@ -148,7 +150,8 @@ class _Summary:
         first, last = self.first, self.last
         return {
             "topic": self.tp[0], "partition": self.tp[1], "records": self.records, "bytes": self.bytes,
-            "skipped": self.skipped, "refused": self.refused, "filtered": self.filtered,
+            "skipped": self.skipped, "refused": self.refused, "first_refused": self.first_refused,
+            "filtered": self.filtered,
             "upstream_next": self.upstream_next, "downstream_next": self.downstream_next,
             "first_upstream": first[0] if first else None, "first_downstream": first[1] if first else None,
             "last_upstream": last[0] if last else None, "last_downstream": last[1] if last else None,
@@ -206,7 +209,9 @@ class _PartitionWrite:
                 summary.skipped += 1
                 continue
             hdrs = headers[i]
-            if hdrs and provenance.came_from(hdrs, target):
+            if hdrs and provenance.returns_to(hdrs, target, remote):
+                if summary.first_refused is None:
+                    summary.first_refused = offset
                 summary.refused += 1
                 continue
             if spec.provenance:
@@ -409,7 +414,7 @@ def _committed_position(spec: WriterSpec, tp: TopicPartition) -> int:
 
 _ARROW_SCHEMA = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("records", pa.int64()), ("bytes", pa.int64()),
-    ("skipped", pa.int64()), ("refused", pa.int64()), ("filtered", pa.int64()),
+    ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()), ("filtered", pa.int64()),
     ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("first_upstream", pa.int64()),
     ("first_downstream", pa.int64()), ("last_upstream", pa.int64()), ("last_downstream", pa.int64()),
     ("replay", pa.bool_()), ("syncs", pa.int64()),
