@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from mirrorflow import offset_syncs
 from mirrorflow.anchors import Anchor
-from mirrorflow.offset_syncs import AnchorRecord, OffsetRun, Position
+from mirrorflow.offset_syncs import LOSS_RANGES, AnchorRecord, Incarnation, Loss, OffsetRun, Position
 
 
 def test_records_round_trip_through_the_wire_format() -> None:
@@ -23,6 +23,25 @@ def test_records_round_trip_through_the_wire_format() -> None:
     tombstone = AnchorRecord("orders.eu", 7, 254, None)
     assert tombstone.value() is None and offset_syncs.decode(tombstone.key(), None) == (("orders.eu", 7), tombstone)
     assert len({anchor.key(), position.key(), AnchorRecord("orders.eu", 7, 253, None).key()}) == 3
+
+
+@given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(1, 10_000)), max_size=30))
+def test_a_loss_counts_every_range_keeps_the_newest_and_round_trips(ranges: list[tuple[int, int]]) -> None:
+    loss = Loss("repartition", 3)
+    for first, size in ranges:
+        loss = loss.add(first, first + size)
+    assert loss.lost == sum(size for _, size in ranges)
+    assert loss.ranges == tuple((f, f + n) for f, n in ranges)[-LOSS_RANGES:] if ranges else loss.ranges == ()
+    assert offset_syncs.decode(loss.key(), loss.value()) == (("repartition", 3), loss)
+    assert offset_syncs.decode(loss.key(), None) == (("repartition", 3), None)
+    assert loss.key() != Position("repartition", 3, 0, 0).key()
+
+
+def test_an_incarnation_round_trips_and_has_one_key_per_topic() -> None:
+    now = Incarnation("orders", "kV1mZ2eWQ-2c4X1dYv3H9A")
+    assert offset_syncs.decode(now.key(), now.value()) == (("orders", 0), now)
+    assert Incarnation("orders", None).value() is None and Incarnation("orders", None).key() == now.key()
+    assert now.key() not in {Position("orders", 0, 0, 0).key(), Loss("orders", 0).key()}
 
 
 def test_the_anchor_key_layout_is_kind_topic_partition_slot() -> None:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -88,6 +88,15 @@ def offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]
             raise OperationalError(f"cannot read the offsets of {tp.topic}-{tp.partition} on {alias}: "
                                    f"{exc.args[0].str()}") from None
     return out
+
+
+def topic_ids(admin: AdminClient, cluster: str, topics: Sequence[str]) -> dict[str, str]:
+    """Kafka's topic ID of each topic that exists (a topic deleted meanwhile is left out)."""
+    if not topics:
+        return {}
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=TIMEOUT_S)
+    described = wait(futures, f"cannot describe topics on {cluster}:", tolerate=(KafkaError.UNKNOWN_TOPIC_OR_PART,))
+    return {name: str(d.topic_id) for name, d in described.items() if d is not None}
 
 
 def _metadata(admin: AdminClient, cluster: str) -> Any:

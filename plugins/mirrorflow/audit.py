@@ -89,6 +89,8 @@ class PartitionAudit:
     differences: tuple[Difference, ...] = ()
     behind: int = 0
     refused: int = 0  # records that would return to the target topic they came from (never written)
+    lost: int = 0  # deleted on the source before the flow read them (the flow's loss record; outside the range)
+    lost_ranges: tuple[tuple[int, int], ...] = ()  # the newest, [first, end)
 
     @property
     def name(self) -> str:
@@ -131,6 +133,11 @@ class AuditReport:
         records = self.total("source_records")
         behind, refused = self.total("behind"), self.total("refused")
         tail = f"; {behind} not yet mirrored (the stream is behind)" if behind else ""
+        lost = self.total("lost")
+        if lost:
+            examples = [f"{p.name} {a}-{b - 1}" for p in self.partitions for a, b in p.lost_ranges][:3]
+            tail += (f"; {lost} LOST on {self.source} before the flow read them (deleted by retention or "
+                     f"deleteRecords; {', '.join(examples)})")
         if refused:
             tail += (f"; {refused} refused: they came from the {self.target} topic they would be written to "
                      f"({', '.join(self._examples('refused', 3))})")
@@ -181,7 +188,7 @@ class AuditReport:
         for p, d in zip(self.partitions, out["partitions"], strict=True):
             d["behind_from"] = p.behind_from
         for name in ("source_records", "mirrored_records", "missing", "duplicated", "differing", "behind",
-                     "unexpected", "refused"):
+                     "unexpected", "refused", "lost"):
             out[name] = self.total(name)
         as_json: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as a JSON reader or XCom sees them
         return as_json
@@ -220,7 +227,8 @@ def require_provenance(flow: Flow, job: str) -> None:
 
 
 def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None) -> PartitionAudit:
-    base = PartitionAudit(r.topic, r.partition, r.start, r.end, r.remote, r.mirrored)
+    base = PartitionAudit(r.topic, r.partition, r.start, r.end, r.remote, r.mirrored, lost=r.lost,
+                          lost_ranges=r.lost_ranges)
     if row is None:
         return base
     differences = tuple(Difference(d[0], tuple(d[1]), d[2]) for d in json.loads(row["differences"]))
@@ -232,7 +240,7 @@ def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None) -> Partition
         missing_range_count=row["missing_range_count"], duplicated=row["duplicated"],
         duplicated_ranges=tuple((x[0], x[1]) for x in json.loads(row["duplicated_ranges"])),
         duplicated_range_count=row["duplicated_range_count"], differing=row["differing"],
-        differences=differences, behind=row["behind"], refused=row["refused"])
+        differences=differences, behind=row["behind"], refused=row["refused"], lost=r.lost, lost_ranges=r.lost_ranges)
 
 
 # -- the Spark job ------------------------------------------------------------------------------

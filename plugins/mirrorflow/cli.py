@@ -382,6 +382,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                          f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"
                          + (f", {p['refused-count']} refused (they came from the topic they would go to)"
                             if p.get("refused-count") else "")
+                         + (f", {p['lost-count']} LOST (deleted on the source before mirrored)"
+                            if p.get("lost-count") else "")
                          for p in snap["partitions"])
         if checkpoints is not None:
             snap["checkpoints"] = checkpoints

@@ -121,6 +121,12 @@ class Flow:
         return self._filter("groups", "groups.exclude")
 
     @cached_property
+    def data_loss_fails(self) -> NameFilter:
+        """The topics whose data loss stops the flow (`mirrorflow.data-loss.fail.topics`)."""
+        s = self.settings["mirrorflow.data-loss.fail.topics"]
+        return NameFilter.from_lists(s.value, "", key=s.key, line=s.line)
+
+    @cached_property
     def config_exclude(self) -> NameFilter:
         s = self.settings["config.properties.exclude"]
         return NameFilter.from_lists(s.value, "", key=s.key, line=s.line)

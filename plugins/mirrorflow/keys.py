@@ -72,6 +72,9 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("mirrorflow.offset-syncs.anchors.max", "int", "255"),
     Key("mirrorflow.offset-syncs.anchors.spacing", "int", "0"),
     Key("mirrorflow.offset-syncs.prune.interval.seconds", "int", "60"),
+    # Topics whose data loss (source records deleted before the flow read them) stops the flow; by default no
+    # topic: the loss is recorded and shown, and the partition goes on from the source's log start.
+    Key("mirrorflow.data-loss.fail.topics", "regex-list", ""),
     # How long one Airflow checkpoint task runs rounds with the same readers (the DAG runs that often).
     Key("mirrorflow.checkpoints.task.seconds", "int", "600"),
 )

@@ -151,6 +151,7 @@ class PartitionLag:
     source_end: int
     mirrored: int  # the next source offset the flow has not mirrored
     oldest_unmirrored_ms: int | None = None  # CreateTime of the first record not mirrored yet
+    lost: int = 0  # deleted on the source before the flow read them: recorded, and below the log start already
 
     @property
     def records(self) -> int:
@@ -186,6 +187,9 @@ class FlowHealth:
     def behind(self) -> list[PartitionLag]:
         return [lag for lag in self.lags or () if lag.records]
 
+    def losing(self) -> list[PartitionLag]:
+        return [lag for lag in self.lags or () if lag.lost]
+
     def line(self) -> str:
         running = f"running on {', '.join(self.holders)}" if self.alive else "not running"
         beat = "no heartbeat" if self.heartbeat_age_s is None else f"heartbeat {self.heartbeat_age_s:.0f} s ago"
@@ -193,13 +197,19 @@ class FlowHealth:
             lag = "lag unknown" + (f" ({self.source_error})" if self.source_error else " (source not read)")
         else:
             lag = f"lag {self.lag_records} records / {self.lag_seconds:.1f} s over {len(self.lags)} partitions"
+            lost = self.losing()
+            if lost:
+                named = ", ".join(f"{x.topic}-{x.partition} ({x.lost})" for x in lost[:3])
+                lag += (f", {sum(x.lost for x in lost)} records LOST on the source before mirrored: {named}"
+                        + (f" and {len(lost) - 3} more" if len(lost) > 3 else ""))
         return f"flow {self.flow}: {running}, {self.requested.line()}, {beat}, {lag}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"flow": self.flow, "requested": self.requested.state, "reason": self.requested.reason,
                 "alive": self.alive, "holders": list(self.holders), "heartbeat_age_s": self.heartbeat_age_s,
                 "lag_records": self.lag_records, "lag_seconds": self.lag_seconds, "source_error": self.source_error,
-                "behind": [{"topic": b.topic, "partition": b.partition, "records": b.records} for b in self.behind()]}
+                "behind": [{"topic": b.topic, "partition": b.partition, "records": b.records} for b in self.behind()],
+                "lost": [{"topic": x.topic, "partition": x.partition, "records": x.lost} for x in self.losing()]}
 
 
 def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_syncs.SyncsState | None = None) -> list[PartitionLag]:
@@ -216,14 +226,18 @@ def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_syncs.SyncsState | None = 
                               IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
     starts = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     if syncs is None:
-        positions = offset_syncs.read(clients.settings(target, "consumer"),
-                                      offset_syncs.topic_name(flow.source, flow.policy.separator)).positions
+        syncs = offset_syncs.read(clients.settings(target, "consumer"),
+                                  offset_syncs.topic_name(flow.source, flow.policy.separator))
     else:
-        positions = syncs.refresh().positions
+        syncs.refresh()
+    positions = syncs.positions
+    # Recorded by the stream, plus what the source deleted below a position the stream has not moved past yet.
+    lost = {tp: (syncs.losses[tp].lost if tp in syncs.losses else 0)
+            + (max(starts[tp] - positions[tp].upstream_next, 0) if tp in positions else 0) for tp in partitions}
     mirrored = {tp: max(positions[tp].upstream_next if tp in positions else 0, starts[tp]) for tp in partitions}
     behind = [tp for tp in partitions if ends[tp] > mirrored[tp]]
     oldest = _first_timestamps(clients.settings(source, "consumer"), {tp: mirrored[tp] for tp in behind})
-    return [PartitionLag(t, p, ends[(t, p)], mirrored[(t, p)], oldest.get((t, p))) for t, p in partitions]
+    return [PartitionLag(t, p, ends[(t, p)], mirrored[(t, p)], oldest.get((t, p)), lost[(t, p)]) for t, p in partitions]
 
 
 def _first_timestamps(settings: Mapping[str, Any], at: Mapping[tuple[str, int], int],

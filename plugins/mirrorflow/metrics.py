@@ -85,6 +85,7 @@ class PartitionMetrics:
     bytes: int = 0
     skipped: int = 0
     refused: int = 0
+    lost: int = 0  # source records deleted before the flow read them
     mirrored_next: int = -1
     source_end: int = -1
     last_timestamp: int = -1
@@ -154,6 +155,10 @@ class FlowMetrics:
             m = self.partitions.get(tp)
             return m.refused if m is not None else 0
 
+    def observe_loss(self, tp: tuple[str, int], records: int) -> None:
+        with self._lock:
+            self.partitions.setdefault(tp, PartitionMetrics()).lost += records
+
     def observe_source_ends(self, ends: Mapping[tuple[str, int], int]) -> None:
         with self._lock:
             for tp, end in ends.items():
@@ -189,7 +194,7 @@ class FlowMetrics:
                     "replication-lag-records": m.lag_records,
                     "replication-lag-seconds": round(m.lag_seconds(now), 3),
                     "mirrored-offset": m.mirrored_next, "source-end-offset": m.source_end,
-                    "skipped-count": m.skipped, "refused-count": m.refused,
+                    "skipped-count": m.skipped, "refused-count": m.refused, "lost-count": m.lost,
                 })
             latency = Distribution()
             for m in self.partitions.values():
@@ -203,6 +208,7 @@ class FlowMetrics:
                 "record-count": sum(p["record-count"] for p in parts),
                 "byte-count": sum(p["byte-count"] for p in parts),
                 "refused-count": sum(p["refused-count"] for p in parts),
+                "lost-count": sum(p["lost-count"] for p in parts),
                 "record-rate": round(sum(p["record-rate"] for p in parts), 1),
                 "byte-rate": round(sum(p["byte-rate"] for p in parts), 1),
                 "replication-lag-records": sum(p["replication-lag-records"] for p in parts),
@@ -219,7 +225,8 @@ def progress_line(s: Mapping[str, Any]) -> str:
             f"({s['record-rate']:.0f}/s, {s['byte-rate'] / 1e6:.1f} MB/s), lag {s['replication-lag-records']} "
             f"records / {s['replication-lag-seconds']:.1f} s, latency avg {s['replication-latency-ms-avg']:.0f} ms "
             f"p99 {s['replication-latency-ms-p99']} ms, {len(s['partitions'])} partitions, "
-            f"{s['batches']} batches" + (f", {s['refused-count']} refused" if s.get("refused-count") else ""))
+            f"{s['batches']} batches" + (f", {s['refused-count']} refused" if s.get("refused-count") else "")
+            + (f", {s['lost-count']} LOST on the source before mirrored" if s.get("lost-count") else ""))
 
 
 _PER_PARTITION = (
@@ -228,6 +235,7 @@ _PER_PARTITION = (
     ("replication-latency-ms-min", "gauge"), ("replication-latency-ms-avg", "gauge"),
     ("replication-latency-ms-max", "gauge"), ("replication-latency-ms-p99", "gauge"),
     ("replication-lag-records", "gauge"), ("replication-lag-seconds", "gauge"), ("refused-count", "counter"),
+    ("lost-count", "counter"),
 )
 
 

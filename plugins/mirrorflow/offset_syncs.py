@@ -6,7 +6,9 @@ pair: per source partition it keeps at most `limit` anchors (anchors.py) and res
 two anchors from the provenance headers of the mirrored records themselves (translation.py). Beside the
 anchors, one position per partition says how far the flow has read the source (`upstream_next`,
 exclusive), where its next record will land (`downstream_next`), and where the newest batch's first
-record landed (so a reader sees a replay before the driver has recorded its anchor).
+record landed (so a reader sees a replay before the driver has recorded its anchor). A partition whose source
+deleted records before the flow read them (retention, deleteRecords) has one loss record: how many records were
+lost in all and the newest LOSS_RANGES ranges.
 
 Both live in one compacted topic per flow on the target, `mirrorflow-offset-syncs.{source}.internal`.
 An anchor is keyed by its slot, so compaction keeps at most `limit` of them per partition; a position
@@ -18,6 +20,11 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
   position value  {version: int16 = 1, upstream_next: int64, downstream_next: int64,
                    batch_upstream: int64, batch_downstream: int64, flags: int16 (1 replay, 2 origin)}
                   (version 0 ends after downstream_next)
+  loss key        {kind: int16 = 3, topic: string, partition: int32}
+  loss value      {version: int16 = 0, lost: int64, count: int16, count x (first: int64, end: int64)}
+  topic key       {kind: int16 = 4, topic: string, partition: int32 = 0}
+  topic value     {version: int16 = 0, topic_id: string}: the incarnation (Kafka's topic ID) the topic's
+                  positions, anchors and losses are about; a topic re-created under the same name has another.
   run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
                   consecutive offsets, never bounded); read once, turned into anchors and tombstoned.
 """
@@ -32,7 +39,8 @@ from typing import Any
 from mirrorflow import wire
 from mirrorflow.anchors import Anchor
 
-_RUN, _POSITION, _ANCHOR = 0, 1, 2
+_RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION = 0, 1, 2, 3, 4
+LOSS_RANGES = 8
 _BARRIER, _ORIGIN, _REPLAY = 1, 2, 1
 TopicPartition = tuple[str, int]
 
@@ -87,6 +95,41 @@ class Position:
 
 
 @dataclass(frozen=True)
+class Loss:
+    """Source records deleted before the flow read them. Invariant: `lost` is the size of every range ever added;
+    `ranges` holds the newest LOSS_RANGES of them, [first, end), oldest first."""
+
+    topic: str
+    partition: int
+    lost: int = 0
+    ranges: tuple[tuple[int, int], ...] = ()
+
+    def add(self, first: int, end: int) -> Loss:
+        return Loss(self.topic, self.partition, self.lost + end - first, (*self.ranges, (first, end))[-LOSS_RANGES:])
+
+    def key(self) -> bytes:
+        return _partition_key(_LOSS, self.topic, self.partition)
+
+    def value(self) -> bytes:
+        return struct.pack(f">hqh{2 * len(self.ranges)}q", 0, self.lost, len(self.ranges),
+                           *(o for r in self.ranges for o in r))
+
+
+@dataclass(frozen=True)
+class Incarnation:
+    """Which incarnation of a source topic (Kafka's topic ID) the flow's state for that topic is about."""
+
+    topic: str
+    topic_id: str | None  # None: the tombstone
+
+    def key(self) -> bytes:
+        return _partition_key(_INCARNATION, self.topic, 0)
+
+    def value(self) -> bytes | None:
+        return None if self.topic_id is None else struct.pack(">h", 0) + wire.string(self.topic_id)
+
+
+@dataclass(frozen=True)
 class OffsetRun:
     """The record of mirrorflow versions before anchors: upstream u..u+n-1 landed at d..d+n-1."""
 
@@ -103,7 +146,8 @@ class OffsetRun:
         return struct.pack(">hqq", 0, self.downstream, self.length)
 
 
-def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition, AnchorRecord | Position | OffsetRun | None]:
+def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
+                                                     AnchorRecord | Position | OffsetRun | Loss | Incarnation | None]:
     """The partition an offset-syncs entry is about, and what it holds (None: a tombstone of a position or run)."""
     (kind,) = struct.unpack_from(">h", key, 0)
     topic, at = wire.read_string(key, 2)
@@ -126,6 +170,13 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition, AnchorRecor
             fu, fd, flags = struct.unpack_from(">qqh", value, 18)
             first = Anchor(fu, fd, barrier=bool(flags & _REPLAY), origin=bool(flags & _ORIGIN)) if fd >= 0 else None
         return (topic, partition), Position(topic, partition, upstream_next, downstream_next, first)
+    if kind == _INCARNATION:
+        topic_id, _ = wire.read_string(value, 2)
+        return (topic, partition), Incarnation(topic, topic_id)
+    if kind == _LOSS:
+        _, lost, count = struct.unpack_from(">hqh", value, 0)
+        bounds = struct.unpack_from(f">{2 * count}q", value, 12)
+        return (topic, partition), Loss(topic, partition, lost, tuple(zip(bounds[::2], bounds[1::2], strict=True)))
     if kind == _RUN:
         (upstream,) = struct.unpack_from(">q", key, at)
         _, downstream, length = struct.unpack(">hqq", value)
@@ -149,10 +200,10 @@ def anchors_of_runs(runs: Iterable[OffsetRun]) -> list[Anchor]:
 
 
 class SyncsState:
-    """A flow's offset syncs as the topic says now: positions, anchors by slot, and not yet migrated runs.
+    """A flow's offset syncs as the topic says now: positions, anchors by slot, losses, and not yet migrated runs.
 
-    Bounded by the topic's live content: at most one position and `limit` anchors per partition (runs only
-    until the stream migrates them). Kept up to date incrementally by `refresh()` (one long-lived reader).
+    Bounded by the topic's live content: one incarnation per topic, at most one position, one loss and `limit`
+    anchors per partition (runs only until the stream migrates them). Kept up to date incrementally by `refresh()` (one reader).
     """
 
     def __init__(self, consumer_settings: Mapping[str, Any], topic: str, idle_timeout_s: float = 30.0) -> None:
@@ -161,6 +212,8 @@ class SyncsState:
         self.positions: dict[TopicPartition, Position] = {}
         self.anchors: dict[TopicPartition, dict[int, Anchor]] = {}
         self.runs: dict[TopicPartition, dict[int, OffsetRun]] = {}
+        self.losses: dict[TopicPartition, Loss] = {}
+        self.incarnations: dict[str, str] = {}  # source topic -> its topic ID, as the flow's state knows it
         self._log = InternalLog(consumer_settings, topic, "offset syncs", idle_timeout_s=idle_timeout_s)
 
     def refresh(self) -> SyncsState:
@@ -176,6 +229,10 @@ class SyncsState:
                 self.positions[tp] = record
             elif isinstance(record, OffsetRun):
                 self.runs.setdefault(tp, {})[record.upstream] = record
+            elif isinstance(record, Loss):
+                self.losses[tp] = record
+            elif isinstance(record, Incarnation) and record.topic_id is not None:
+                self.incarnations[record.topic] = record.topic_id
             elif msg.value() is None:
                 self._forget_key(tp, msg.key() or b"")
         return self
@@ -184,6 +241,10 @@ class SyncsState:
         (kind,) = struct.unpack_from(">h", key, 0)
         if kind == _POSITION:
             self.positions.pop(tp, None)
+        elif kind == _LOSS:
+            self.losses.pop(tp, None)
+        elif kind == _INCARNATION:
+            self.incarnations.pop(tp[0], None)
         elif kind == _RUN:
             (upstream,) = struct.unpack_from(">q", key, len(key) - 8)
             self.runs.get(tp, {}).pop(upstream, None)
@@ -205,8 +266,8 @@ class SyncsState:
         return stored
 
     def live_records(self) -> int:
-        return (len(self.positions) + sum(len(a) for a in self.anchors.values())
-                + sum(len(r) for r in self.runs.values()))
+        return (len(self.positions) + len(self.losses) + len(self.incarnations)
+                + sum(len(a) for a in self.anchors.values()) + sum(len(r) for r in self.runs.values()))
 
     def close(self) -> None:
         self._log.close()

@@ -64,6 +64,8 @@ class SourceRange:
     mirrored: int | None  # the flow has read the partition up to here (exclusive); None: never
     # No copy of a record in the range lies below this offset of the remote partition; -1: no such partition.
     target_floor: int
+    lost: int = 0  # records the source deleted before the flow read them, as the flow recorded them
+    lost_ranges: tuple[tuple[int, int], ...] = ()  # the newest of them, [first, end)
 
     @property
     def name(self) -> str:
@@ -161,7 +163,9 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
                           if syncs.anchors else None)
             if floor >= 0 and translated is not None:
                 floor = translated if window.from_ms is None else min(floor, translated)
-            out.append(SourceRange(t, p, start, end, remote[t], position.upstream_next if position else None, floor))
+            loss = syncs_state.losses.get((t, p))
+            out.append(SourceRange(t, p, start, end, remote[t], position.upstream_next if position else None, floor,
+                                   loss.lost if loss else 0, loss.ranges if loss else ()))
     finally:
         records.close()
     return out

@@ -7,6 +7,11 @@ Per micro-batch (Spark's Kafka source, `subscribePattern` covering the flow's to
   4. fold the summaries into the flow's positions, offset-sync anchors (anchors.py) and metrics; write the
      anchors that changed. Every minute, drop the anchors no offset still on the source needs and the
      state of topics deleted on the source.
+Data loss (records the source deleted before the flow read them: retention during an outage, deleteRecords
+on a Kafka Streams repartition topic) does not fail the query: a partition whose batch starts past its
+position, with the source's log start past it too, lost [position, log start). The loss is recorded (a loss
+record in the offset syncs, metrics, status, one log line) and the partition goes on; for the topics of
+`mirrorflow.data-loss.fail.topics` it stops the flow instead, before the batch counts as done.
 Spark commits the batch only after step 3 returned, and step 3 returns only after the target
 acknowledged every record: the checkpoint never runs ahead of the target.
 
@@ -40,13 +45,14 @@ from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
 from mirrorflow.flow_lease import FlowLease
 from mirrorflow.heartbeats import HeartbeatEmitter
-from mirrorflow.offset_syncs import AnchorRecord, OffsetRun, Position
+from mirrorflow.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position
 from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
-_SyncRecord = Any  # AnchorRecord | Position | _Tombstone: each has key() and value()
+_SyncRecord = Any  # AnchorRecord | Position | Loss | Incarnation | _Tombstone: each has key() and value()
+_RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 
 
@@ -94,12 +100,16 @@ class _Driver:
         self.target_admin = clients.admin(self.target)
         self.mirrored: dict[tuple[str, int], int] = {}
         self.downstream_next: dict[tuple[str, int], int] = {}
+        self.losses: dict[tuple[str, int], Loss] = {}  # partitions that lost records: one Loss each
+        self.incarnations: dict[str, str] = {}  # source topic -> the topic ID its state is about (one per topic)
+        self.recreated: set[str] = set()  # re-created topics not yet restarted from their earliest offset
         # Bounded: `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
         self.anchors: dict[tuple[str, int], PartitionAnchors] = {}
         self.anchor_limit = flow.number("mirrorflow.offset-syncs.anchors.max")
         self.anchor_spacing = flow.number("mirrorflow.offset-syncs.anchors.spacing")
         self.first_batch_of_query = True
         self.prune_due = 0.0
+        self.incarnations_due = 0.0
         self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
         self.stop_requested = threading.Event()
@@ -141,6 +151,10 @@ class _Driver:
         syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
         self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
+        self.losses = dict(syncs.losses)
+        self.incarnations = dict(syncs.incarnations)
+        for tp, loss in self.losses.items():
+            self.metrics.observe_loss(tp, loss.lost)
         records: list[_SyncRecord] = []
         migrated = 0
         for tp in syncs.partitions():
@@ -158,6 +172,9 @@ class _Driver:
                 store.append(position.batch_first)  # the driver stopped before it recorded that batch
             self.anchors[tp] = store
         self._write_syncs(records + self._anchor_writes())
+        known = {t for t, _ in self.mirrored} | set(self.incarnations)
+        if self._incarnations(known) and self.checkpoint.exists():
+            self._new_checkpoint()  # Spark's checkpoint holds the old incarnation's offsets
         if migrated:
             log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
 
@@ -195,21 +212,27 @@ class _Driver:
             log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
         return records
 
-    def _drop_topics(self, gone: set[str]) -> list[_SyncRecord]:
-        """Forget deleted source topics: their anchors and positions (tombstones), metrics and remote-topic state."""
+    def _drop_topics(self, gone: set[str], why: str = "deleted") -> list[_SyncRecord]:
+        """Forget deleted (or re-created) source topics: their anchors, positions, losses and incarnations
+        (tombstones), metrics and remote-topic state."""
         records: list[_SyncRecord] = []
-        for tp in sorted(tp for tp in set(self.anchors) | set(self.mirrored) if tp[0] in gone):
+        for tp in sorted(tp for tp in set(self.anchors) | set(self.mirrored) | set(self.losses) if tp[0] in gone):
             store = self.anchors.pop(tp, None)
             records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
             records.append(_Tombstone(Position(tp[0], tp[1], -1, -1)))
+            if self.losses.pop(tp, None) is not None:
+                records.append(_Tombstone(Loss(tp[0], tp[1])))
             self.mirrored.pop(tp, None)
             self.downstream_next.pop(tp, None)
         for topic in gone:
             self.ready.pop(topic, None)
+            if self.incarnations.pop(topic, None) is not None:
+                records.append(Incarnation(topic, None))
         if gone:
             self.metrics.forget(gone)
-            log.info("flow %s: source topic(s) %s deleted: their offset syncs removed", self.flow.name,
-                     ", ".join(sorted(gone)))
+            log.warning("flow %s: source topic(s) %s %s: their offset syncs removed%s", self.flow.name,
+                        ", ".join(sorted(gone)), why, "; mirrored again from the new topic's earliest offset"
+                        if why == "re-created" else "")
         return records
 
     def _deleted_topics_reset(self) -> bool:
@@ -227,13 +250,34 @@ class _Driver:
         if not gone:
             return False
         self._write_syncs(self._drop_topics(gone))
-        replaced = self.checkpoint.with_name(f"{self.checkpoint.name}.before-{int(time.time())}")
-        if self.checkpoint.exists():
-            self.checkpoint.rename(replaced)
-            shutil.rmtree(replaced, ignore_errors=True)
+        self._new_checkpoint()
         log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
                     "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
         return True
+
+    def _new_checkpoint(self) -> None:
+        """Start the next query from a new Spark checkpoint: at the offset syncs' positions (exact per partition),
+        and at the earliest offset for re-created topics."""
+        replaced = self.checkpoint.with_name(f"{self.checkpoint.name}.before-{int(time.time() * 1000)}")
+        if self.checkpoint.exists():
+            self.checkpoint.rename(replaced)
+            shutil.rmtree(replaced, ignore_errors=True)
+
+    def _incarnations(self, topics: set[str]) -> set[str]:
+        """Record the topic ID of topics seen for the first time; forget the state of topics re-created since
+        (another ID under the same name) and return them: they start again from their earliest offset."""
+        if not topics:
+            return set()
+        ids = admin_sync.topic_ids(self.source_admin, self.source.alias, sorted(topics))
+        recreated = {t for t, i in ids.items() if t in self.incarnations and self.incarnations[t] != i}
+        records = self._drop_topics(recreated, why="re-created") if recreated else []
+        for t, topic_id in ids.items():
+            if self.incarnations.get(t) != topic_id:
+                self.incarnations[t] = topic_id
+                records.append(Incarnation(t, topic_id))
+        self._write_syncs(records)
+        self.recreated |= recreated
+        return recreated
 
     def _checkpoint_topics(self) -> list[str]:
         logs = self.checkpoint / "offsets"
@@ -269,6 +313,9 @@ class _Driver:
             if error is None:
                 return
             if error is _LEASE_REGAINED:
+                continue
+            if _RECREATED in error:
+                self._new_checkpoint()
                 continue
             fatal = _fatal_message(error)
             if fatal:
@@ -369,7 +416,7 @@ class _Driver:
             "subscribePattern": self.pattern,
             "includeHeaders": "true",
             "maxOffsetsPerTrigger": str(self.options.max_records_per_batch),
-            "failOnDataLoss": "true",
+            "failOnDataLoss": "false",  # the driver detects, records and shows loss per partition (_losses)
             "startingOffsets": self._starting_offsets(java.get("auto.offset.reset", "earliest")),
         })
         return options
@@ -381,7 +428,7 @@ class _Driver:
 
     def _starting_offsets(self, reset: str) -> str:
         """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
-        if (self.checkpoint / "offsets").is_dir() or not self.mirrored:
+        if (self.checkpoint / "offsets").is_dir() or not (self.mirrored or self.recreated):
             return "latest" if reset.strip().lower() == "latest" else "earliest"
         matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
         counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
@@ -389,7 +436,8 @@ class _Driver:
         offsets: dict[str, dict[str, int]] = {}
         for topic, n in counts.items():
             if matches(topic):
-                offsets[topic] = {str(p): self.mirrored.get((topic, p), default) for p in range(n)}
+                fallback = -2 if topic in self.recreated else default
+                offsets[topic] = {str(p): self.mirrored.get((topic, p), fallback) for p in range(n)}
         return json.dumps(offsets)
 
     def _batch(self, df: Any, batch_id: int) -> None:
@@ -402,6 +450,8 @@ class _Driver:
         if grown:
             admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
             self.ready.update(grown)
+        self._recreated_check(ends, replicated)
+        self._refuse_loss(ends, replicated)
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends)
         # One task per core, each writing several source partitions in turn (coalesce concatenates
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
@@ -409,6 +459,7 @@ class _Driver:
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
                 .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
+        lost = self._losses(ends, rows, replicated)
         for r in rows:
             tp = (r["topic"], r["partition"])
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
@@ -422,7 +473,7 @@ class _Driver:
             if r["downstream_next"] >= 0:
                 self.downstream_next[tp] = r["downstream_next"]
         quiet = {tp: end for tp, end in ends.items() if tp[0] in replicated and end > self.mirrored.get(tp, -1)}
-        records = self._prune() + self._anchor_writes()
+        records = self._prune() + self._anchor_writes() + lost
         for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
             records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
             self.mirrored[tp] = end
@@ -436,6 +487,73 @@ class _Driver:
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
         self.metrics.observe(rows)
+
+    def _recreated_check(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int]) -> None:
+        """Before anything is written: topics re-created on the source (Kafka's topic ID changed) lose their old
+        state, and the query restarts from a new checkpoint, reading them from their earliest offset. Looked at for
+        new topics, for partitions whose offsets went backwards, and for every topic each prune interval."""
+        if time.monotonic() >= self.incarnations_due:
+            interval = self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
+            self.incarnations_due = time.monotonic() + interval
+            looked = set(replicated)
+        else:
+            looked = {t for t in replicated if t not in self.incarnations}
+            looked |= {tp[0] for tp, end in ends.items() if tp[0] in replicated and end < self.mirrored.get(tp, -1)}
+        recreated = self._incarnations(looked)
+        if recreated:
+            raise OperationalError(f"{_RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
+
+    def _refuse_loss(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int]) -> None:
+        """Before anything is written: stop the flow if a topic of `mirrorflow.data-loss.fail.topics` lost records
+        below where the batch resumes (only those topics' log starts are read, once per batch)."""
+        watched = [tp for tp, end in ends.items() if tp[0] in replicated and self.flow.data_loss_fails.selects(tp[0])
+                   and self.mirrored.get(tp, -1) >= 0 and end > self.mirrored[tp]]
+        if not watched:
+            return
+        starts = admin_sync.offsets(self.source_admin, self.source.alias, watched,
+                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        for tp in sorted(watched):
+            if starts[tp] > self.mirrored[tp]:
+                self._fail_on_loss(tp, self.mirrored[tp], min(starts[tp], ends[tp]))
+
+    def _fail_on_loss(self, tp: tuple[str, int], position: int, end: int) -> None:
+        line = _loss_line(self.flow, tp, position, end)
+        self.metrics.set_state("failed", line)
+        raise OperationalError(f"{FATAL}{line}; the flow stops, as mirrorflow.data-loss.fail.topics asks for "
+                               f"{tp[0]} (to go on, take the topic out of it and start the flow: the loss is "
+                               "recorded)")
+
+    def _losses(self, ends: Mapping[tuple[str, int], int], rows: list[dict[str, Any]],
+                replicated: Mapping[str, int]) -> list[Loss]:
+        """The partitions whose batch skipped records the source deleted before the flow read them (Spark's source,
+        told not to fail, moves on to the log start): their updated loss records. Called before the positions
+        move; raises (fatal) when a loss hits a topic of `mirrorflow.data-loss.fail.topics`."""
+        first_read = {(r["topic"], r["partition"]): r["first_offset"] for r in rows if r["first_offset"] is not None}
+        gaps = {}
+        for tp, end in ends.items():
+            position = self.mirrored.get(tp)
+            if tp[0] in replicated and position is not None and position >= 0:
+                resumed = first_read.get(tp, end)  # no record read: the batch ends where the partition resumes
+                if resumed > position:  # a gap: transaction markers, compaction or deleted records
+                    gaps[tp] = (position, resumed)
+        if not gaps:
+            return []
+        starts = admin_sync.offsets(self.source_admin, self.source.alias, list(gaps),
+                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        out = []
+        for tp, (position, resumed) in sorted(gaps.items()):
+            end = min(resumed, starts[tp])
+            if end <= position:
+                continue
+            if self.flow.data_loss_fails.selects(tp[0]):  # deleted after _refuse_loss looked
+                self._fail_on_loss(tp, position, end)
+            log.warning("%s; mirroring goes on from %d (loss recorded in the offset syncs, status and metrics)",
+                        _loss_line(self.flow, tp, position, end), end)
+            loss = self.losses.get(tp, Loss(tp[0], tp[1])).add(position, end)
+            self.losses[tp] = loss
+            self.metrics.observe_loss(tp, end - position)
+            out.append(loss)
+        return out
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int]) -> WriterSpec:
         return WriterSpec(
@@ -468,7 +586,7 @@ class _Driver:
 class _Tombstone:
     """The tombstone of an offset-sync record: a deleted topic's position, an old run turned into anchors."""
 
-    record: Position | OffsetRun
+    record: Position | OffsetRun | Loss
 
     def key(self) -> bytes:
         return self.record.key()
@@ -480,6 +598,11 @@ class _Tombstone:
 def _flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[tuple[str, int], int]:
     return {(topic, int(p)): int(o) for topic, parts in offsets.items() if isinstance(parts, Mapping)
             for p, o in parts.items()}
+
+
+def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:
+    return (f"flow {flow.name}: DATA LOSS on {flow.source} {tp[0]}-{tp[1]}: offsets {position}..{end - 1} "
+            f"({end - position} records) were deleted on the source before the flow read them")
 
 
 def _fatal_message(error: str) -> str | None:

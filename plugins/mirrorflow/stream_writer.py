@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ts")
 SUMMARY_SCHEMA = (
-    "topic string, partition int, records long, bytes long, skipped long, refused long, first_refused long, "
-    "filtered long, "
+    "topic string, partition int, first_offset long, records long, bytes long, skipped long, refused long, "
+    "first_refused long, filtered long, "
     "upstream_next long, downstream_next long, first_upstream long, first_downstream long, "
     "last_upstream long, last_downstream long, replay boolean, syncs long, "
     "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
@@ -142,6 +142,7 @@ class _Summary:
         self.last: tuple[int, int] | None = None
         self.replay = False
         self.first_refused: int | None = None
+        self.first_offset: int | None = None  # the first source offset the batch read
         self.latency = metrics.Distribution()
         self.age = metrics.Distribution()
         self.last_timestamp = -1
@@ -149,7 +150,8 @@ class _Summary:
     def row(self) -> dict[str, Any]:
         first, last = self.first, self.last
         return {
-            "topic": self.tp[0], "partition": self.tp[1], "records": self.records, "bytes": self.bytes,
+            "topic": self.tp[0], "partition": self.tp[1], "first_offset": self.first_offset,
+            "records": self.records, "bytes": self.bytes,
             "skipped": self.skipped, "refused": self.refused, "first_refused": self.first_refused,
             "filtered": self.filtered,
             "upstream_next": self.upstream_next, "downstream_next": self.downstream_next,
@@ -195,6 +197,8 @@ class _PartitionWrite:
         topic, partition = self.tp
         offsets = part.column("offset").to_pylist()
         summary.upstream_next = offsets[-1] + 1
+        if summary.first_offset is None:
+            summary.first_offset = offsets[0]
         if remote is None:
             summary.filtered += len(offsets)
             return
@@ -413,8 +417,9 @@ def _committed_position(spec: WriterSpec, tp: TopicPartition) -> int:
 
 
 _ARROW_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("records", pa.int64()), ("bytes", pa.int64()),
-    ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()), ("filtered", pa.int64()),
+    ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()), ("records", pa.int64()),
+    ("bytes", pa.int64()), ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()),
+    ("filtered", pa.int64()),
     ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("first_upstream", pa.int64()),
     ("first_downstream", pa.int64()), ("last_upstream", pa.int64()), ("last_downstream", pa.int64()),
     ("replay", pa.bool_()), ("syncs", pa.int64()),

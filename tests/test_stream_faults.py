@@ -1,0 +1,170 @@
+"""Faults of one topic that must not stop or silently drop the rest (real Kafka and Spark).
+
+Own cluster aliases for the same local brokers, so flows, leases, offset-sync topics and remote topic
+names never collide with another module's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient
+from conftest import PORTS
+from mirrorflow import config, offset_syncs, ranges
+from streams import QUIET, StreamProcess, config_text, create_topic, end_offsets, producer, read_partition, wait_for
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+ALPHA = f"127.0.0.1:{PORTS['alpha']}"
+BETA = f"127.0.0.1:{PORTS['beta']}"
+REPARTITION = "loss.app-KSTREAM-REPARTITION-0000000003-repartition"
+
+
+def _cli(cfg: Path, *args: str) -> Any:
+    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), *args, "--json"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
+def _produce(topic: str, partitions: int, n: int, tag: str) -> None:
+    p = producer(ALPHA)
+    for partition in range(partitions):
+        for i in range(n):
+            p.produce(topic, f"{tag}-{partition}-{i}".encode(), partition=partition)
+    assert p.flush(30) == 0
+
+
+def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goes_on(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    lines = config_text(("lossy", "safe"), (PORTS["alpha"], PORTS["beta"]), ["lossy->safe"],
+                        "topics = loss\\..*\n")
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(lines)
+    strict = tmp_path / "strict.properties"
+    strict.write_text(lines + "lossy->safe.mirrorflow.data-loss.fail.topics = loss\\..*-repartition\n")
+    remote = f"lossy.{REPARTITION}"
+    create_topic(ALPHA, REPARTITION, 2)
+    create_topic(ALPHA, "loss.other", 1)
+    _produce(REPARTITION, 2, 100, "a")
+    _produce("loss.other", 1, 100, "a")
+    stream = StreamProcess(cfg, "lossy->safe", tmp_path / "stream")
+    try:
+        stream.start()
+        wait_for(lambda: end_offsets(BETA, remote) == [100, 100] and end_offsets(BETA, "lossy.loss.other") == [100],
+                 240, "the first records", stream)
+        assert stream.stop() == 0
+
+        # While the flow is down, the application purges its repartition topic past what the flow has read.
+        _produce(REPARTITION, 2, 100, "b")
+        _produce("loss.other", 1, 100, "b")
+        admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
+        for f in admin.delete_records([TopicPartition(REPARTITION, 0, 150)]).values():
+            f.result(30)
+        health = _cli(cfg, "health", "--flow", "lossy->safe")[0]
+        assert health["lost"] == [{"topic": REPARTITION, "partition": 0, "records": 50}]
+
+        # The opt-in policy stops the flow on it, in one line, before anything of the batch is written.
+        failing = StreamProcess(strict, "lossy->safe", tmp_path / "stream")
+        failing.start()
+        assert failing.proc is not None and failing.proc.wait(300) == 1, failing.output()[-3000:]
+        errors = [line for line in failing.output().splitlines() if line.startswith("mirrorflow: error:")]
+        assert errors == [f"mirrorflow: error: flow lossy->safe: DATA LOSS on lossy {REPARTITION}-0: offsets 100..149 "
+                          "(50 records) were deleted on the source before the flow read them; the flow stops, as "
+                          f"mirrorflow.data-loss.fail.topics asks for {REPARTITION} (to go on, take the topic out of "
+                          "it and start the flow: the loss is recorded)"], failing.output()[-3000:]
+        assert end_offsets(BETA, remote) == [100, 100]
+
+        # By default the loss is recorded and shown, and every partition goes on.
+        stream.start()
+        wait_for(lambda: end_offsets(BETA, remote) == [150, 200] and end_offsets(BETA, "lossy.loss.other") == [200],
+                 240, "the records after the loss", stream)
+        after = [m.value() for m in read_partition(BETA, remote, 0)][100:]
+        assert after == [f"b-0-{i}".encode() for i in range(50, 100)]
+
+        def recorded() -> dict[tuple[str, int], tuple[int, tuple[tuple[int, int], ...]]]:
+            syncs = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, offset_syncs.topic_name("lossy"))
+            return {tp: (loss.lost, loss.ranges) for tp, loss in syncs.losses.items()}
+
+        # The driver records the loss once the batch's records are written: wait for it, bounded.
+        wait_for(lambda: recorded() == {(REPARTITION, 0): (50, ((100, 150),))}, 60, "the loss record", stream)
+        assert sum(f"DATA LOSS on lossy {REPARTITION}-0: offsets 100..149 (50 records)" in line
+                   for line in stream.output().splitlines()) == 1, stream.output()[-3000:]
+
+        def status_lost() -> dict[tuple[str, int], int]:
+            [flow] = _cli(cfg, "status", "--flow", "lossy->safe")
+            return {(p["topic"], p["partition"]): p.get("lost-count", 0) for p in flow.get("partitions", [])}
+
+        wait_for(lambda: status_lost().get((REPARTITION, 0)) == 50, 60, "the loss in status", stream)
+        assert status_lost()[(REPARTITION, 1)] == 0
+        health = _cli(cfg, "health", "--flow", "lossy->safe")[0]
+        assert health["lost"] == [{"topic": REPARTITION, "partition": 0, "records": 50}]
+        loaded = config.load(cfg)
+        planned = {(r.topic, r.partition): r for r in ranges.plan(loaded, loaded.flow("lossy->safe"))}
+        assert (planned[(REPARTITION, 0)].lost, planned[(REPARTITION, 0)].lost_ranges) == (50, ((100, 150),))
+
+        _produce("loss.other", 1, 10, "c")
+        wait_for(lambda: end_offsets(BETA, "lossy.loss.other") == [210], 120, "records after the loss", stream)
+        assert stream.alive()
+        assert stream.stop() == 0
+    finally:
+        stream.stop()
+
+
+def test_a_topic_re_created_on_the_source_is_mirrored_again_from_its_first_record(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("reborn", "keeper"), (PORTS["alpha"], PORTS["beta"]), ["reborn->keeper"],
+                               "topics = reborn\\..*\nmirrorflow.offset-syncs.prune.interval.seconds = 2\n"))
+    admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
+
+    def recreate(values: list[bytes]) -> None:
+        admin.delete_topics(["reborn.t"])["reborn.t"].result(30)
+        wait_for(lambda: "reborn.t" not in admin.list_topics(timeout=10).topics, 60, "the deletion")
+        wait_for(lambda: _created(admin, "reborn.t"), 60, "the new topic")
+        p = producer(ALPHA)
+        for v in values:
+            p.produce("reborn.t", v, partition=0)
+        assert p.flush(30) == 0
+
+    create_topic(ALPHA, "reborn.t", 1)
+    _produce("reborn.t", 1, 300, "old")
+    stream = StreamProcess(cfg, "reborn->keeper", tmp_path / "stream")
+    stream.start()
+    try:
+        wait_for(lambda: end_offsets(BETA, "reborn.reborn.t") == [300], 240, "the old incarnation", stream)
+        assert stream.stop() == 0
+
+        # Re-created while the flow is down: its old offsets (300) are stale, its 50 records all new.
+        recreate([f"new-{i}".encode() for i in range(50)])
+        stream.start()
+        wait_for(lambda: end_offsets(BETA, "reborn.reborn.t") == [350], 240, "the new incarnation", stream)
+        values = [m.value() for m in read_partition(BETA, "reborn.reborn.t", 0)]
+        assert values[300:] == [f"new-{i}".encode() for i in range(50)]
+        assert "reborn.t re-created: their offset syncs removed" in stream.output(), stream.output()[-3000:]
+
+        # Re-created while the flow runs, shorter than before: nothing skipped either.
+        recreate([f"third-{i}".encode() for i in range(20)])
+        wait_for(lambda: end_offsets(BETA, "reborn.reborn.t") == [370], 240, "the third incarnation", stream)
+        values = [m.value() for m in read_partition(BETA, "reborn.reborn.t", 0)]
+        assert values[350:] == [f"third-{i}".encode() for i in range(20)]
+        assert stream.alive()
+        assert stream.stop() == 0
+    finally:
+        stream.stop()
+
+
+def _created(admin: AdminClient, topic: str) -> bool:
+    from confluent_kafka.admin import NewTopic
+
+    if topic in admin.list_topics(timeout=10).topics:
+        return True
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    except Exception:  # still being deleted: try again
+        return False
+    return True
