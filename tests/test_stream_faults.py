@@ -168,3 +168,52 @@ def _created(admin: AdminClient, topic: str) -> bool:
     except Exception:  # still being deleted: try again
         return False
     return True
+
+
+def _reset(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "reset", "--flow",
+                           "redo->held", "--topic", "redo.t", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_reset_moves_where_the_stopped_flow_resumes_and_is_refused_while_it_runs(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("redo", "held"), (PORTS["alpha"], PORTS["beta"]), ["redo->held"],
+                               "topics = redo\\..*\n"))
+    create_topic(ALPHA, "redo.t", 1)
+    _produce("redo.t", 1, 100, "r")
+    stream = StreamProcess(cfg, "redo->held", tmp_path / "stream")
+    stream.start()
+    try:
+        wait_for(lambda: end_offsets(BETA, "redo.redo.t") == [100], 240, "the first records", stream)
+        refused = _reset(cfg, "--to", "40")
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.strip().splitlines()[-1] == (
+            "mirrorflow: error: flow redo->held is already running on /127.0.0.1 (consumer group "
+            "mirrorflow:redo->held); stop that instance first"), refused.stderr
+        assert stream.stop() == 0
+
+        done = _reset(cfg, "--to", "40", "--reason", "re-mirror after a bad consumer deploy")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[0] == "flow redo->held: reset redo.t-0: 100 -> 40"
+        assert "reset by" in done.stderr, done.stderr
+        assert "(re-mirror after a bad consumer deploy): redo.t-0: 100 -> 40" in done.stderr
+        stream.start()
+        wait_for(lambda: end_offsets(BETA, "redo.redo.t") == [160], 240, "the re-mirrored records", stream)
+        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0)]
+        assert values[100:] == [f"r-0-{i}".encode() for i in range(40, 100)]
+        assert "a new Spark checkpoint, at the offset syncs' positions" in stream.output()
+        assert stream.stop() == 0
+
+        _produce("redo.t", 1, 10, "skipped")
+        assert _reset(cfg, "--to", "latest").stdout.splitlines()[0] == "flow redo->held: reset redo.t-0: 100 -> 110"
+        assert _reset(cfg, "--to", "7000").stderr.strip() == (
+            "mirrorflow: error: --to 7000: redo.t-0 holds offsets 0..110 (its log start to its end)")
+        stream.start()
+        _produce("redo.t", 1, 5, "after")
+        wait_for(lambda: end_offsets(BETA, "redo.redo.t") == [165], 240, "the records after the skip", stream)
+        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0)]
+        assert values[160:] == [f"after-0-{i}".encode() for i in range(5)]
+        assert stream.stop() == 0
+    finally:
+        stream.stop()

@@ -156,6 +156,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=120.0, metavar="S", help="wait at most S seconds (default 120)")
     p.set_defaults(run=cmd_stop)
 
+    p = sub.add_parser("reset", help="move where a stopped flow resumes a topic's partitions (earliest re-mirrors, "
+                       "latest skips), logged")
+    p.add_argument("--flow", required=True, metavar="A->B")
+    p.add_argument("--topic", required=True, metavar="TOPIC", help="the source topic")
+    p.add_argument("--partitions", metavar="P,P", type=_partition_list, help="only these partitions (default: all)")
+    p.add_argument("--to", required=True, metavar="WHERE", type=_checked(_reset_to),
+                   help="earliest, latest, or a source offset")
+    p.add_argument("--reason", default="")
+    _add_json(p)
+    p.set_defaults(run=cmd_reset)
+
     p = sub.add_parser("start", help="record that a flow should run: its stream DAG starts it within a minute")
     p.add_argument("--flow", required=True, metavar="A->B")
     p.add_argument("--reason", default="started from the command line")
@@ -203,6 +214,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reset_to(text: str) -> str | int:
+    from mirrorflow import reset
+
+    return reset.parse_to(text)
+
+
+def _partition_list(text: str) -> list[int]:
+    try:
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected partition numbers, e.g. 0,3") from None
+
+
 def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """An argparse type from a library parser: its ConfigError becomes argparse's one-line usage error."""
     def convert(text: str) -> Any:
@@ -211,7 +235,7 @@ def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
         try:
             return parse(text)
         except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix("--from-offsets: ")) from None
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("--from-offsets: ").removeprefix("--to ")) from None
     return convert
 
 
@@ -527,6 +551,20 @@ def cmd_stop(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     lifecycle.stop(cfg, cfg.flow(args.flow), args.reason, args.timeout)
     print(f"flow {args.flow}: stopped; supervisors will not restart it until `mirrorflow start --flow {args.flow}`")
+    return 0
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    from mirrorflow import reset
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    cfg = load_config(args)
+    moves = reset.reset(cfg, args.flow, args.topic, args.to, args.partitions, args.reason)
+    lines = [f"flow {args.flow}: reset {m.line()}" for m in moves]
+    lines.append(f"the stream resumes there at its next start (mirrorflow start --flow {args.flow})")
+    _print([{"topic": m.topic, "partition": m.partition, "before": m.before, "after": m.after} for m in moves],
+           args.json, "\n".join(lines))
     return 0
 
 

@@ -25,6 +25,9 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
   topic key       {kind: int16 = 4, topic: string, partition: int32 = 0}
   topic value     {version: int16 = 0, topic_id: string}: the incarnation (Kafka's topic ID) the topic's
                   positions, anchors and losses are about; a topic re-created under the same name has another.
+  reset key       {kind: int16 = 5, topic: string = "", partition: int32 = 0}
+  reset value     {version: int16 = 0, at_ms: int64}: `mirrorflow reset` moved positions; a stream whose Spark
+                  checkpoint predates it starts a new one at the positions.
   run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
                   consecutive offsets, never bounded); read once, turned into anchors and tombstoned.
 """
@@ -39,7 +42,7 @@ from typing import Any
 from mirrorflow import wire
 from mirrorflow.anchors import Anchor
 
-_RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION = 0, 1, 2, 3, 4
+_RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION, _RESET = 0, 1, 2, 3, 4, 5
 LOSS_RANGES = 8
 _BARRIER, _ORIGIN, _REPLAY = 1, 2, 1
 TopicPartition = tuple[str, int]
@@ -130,6 +133,19 @@ class Incarnation:
 
 
 @dataclass(frozen=True)
+class Reset:
+    """The newest `mirrorflow reset` of the flow (one record per flow)."""
+
+    at_ms: int
+
+    def key(self) -> bytes:
+        return _partition_key(_RESET, "", 0)
+
+    def value(self) -> bytes:
+        return struct.pack(">hq", 0, self.at_ms)
+
+
+@dataclass(frozen=True)
 class OffsetRun:
     """The record of mirrorflow versions before anchors: upstream u..u+n-1 landed at d..d+n-1."""
 
@@ -147,7 +163,8 @@ class OffsetRun:
 
 
 def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
-                                                     AnchorRecord | Position | OffsetRun | Loss | Incarnation | None]:
+                                                     AnchorRecord | Position | OffsetRun | Loss | Incarnation
+                                                     | Reset | None]:
     """The partition an offset-syncs entry is about, and what it holds (None: a tombstone of a position or run)."""
     (kind,) = struct.unpack_from(">h", key, 0)
     topic, at = wire.read_string(key, 2)
@@ -170,6 +187,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
             fu, fd, flags = struct.unpack_from(">qqh", value, 18)
             first = Anchor(fu, fd, barrier=bool(flags & _REPLAY), origin=bool(flags & _ORIGIN)) if fd >= 0 else None
         return (topic, partition), Position(topic, partition, upstream_next, downstream_next, first)
+    if kind == _RESET:
+        return (topic, partition), Reset(struct.unpack_from(">q", value, 2)[0])
     if kind == _INCARNATION:
         topic_id, _ = wire.read_string(value, 2)
         return (topic, partition), Incarnation(topic, topic_id)
@@ -202,8 +221,9 @@ def anchors_of_runs(runs: Iterable[OffsetRun]) -> list[Anchor]:
 class SyncsState:
     """A flow's offset syncs as the topic says now: positions, anchors by slot, losses, and not yet migrated runs.
 
-    Bounded by the topic's live content: one incarnation per topic, at most one position, one loss and `limit`
-    anchors per partition (runs only until the stream migrates them). Kept up to date incrementally by `refresh()` (one reader).
+    Bounded by the topic's live content: one reset record, one incarnation per topic, at most one position,
+    one loss and `limit` anchors per partition (runs only until the stream migrates them). Kept up to date
+    incrementally by `refresh()` (one long-lived reader).
     """
 
     def __init__(self, consumer_settings: Mapping[str, Any], topic: str, idle_timeout_s: float = 30.0) -> None:
@@ -214,6 +234,7 @@ class SyncsState:
         self.runs: dict[TopicPartition, dict[int, OffsetRun]] = {}
         self.losses: dict[TopicPartition, Loss] = {}
         self.incarnations: dict[str, str] = {}  # source topic -> its topic ID, as the flow's state knows it
+        self.reset: Reset | None = None
         self._log = InternalLog(consumer_settings, topic, "offset syncs", idle_timeout_s=idle_timeout_s)
 
     def refresh(self) -> SyncsState:
@@ -231,6 +252,8 @@ class SyncsState:
                 self.runs.setdefault(tp, {})[record.upstream] = record
             elif isinstance(record, Loss):
                 self.losses[tp] = record
+            elif isinstance(record, Reset):
+                self.reset = record
             elif isinstance(record, Incarnation) and record.topic_id is not None:
                 self.incarnations[record.topic] = record.topic_id
             elif msg.value() is None:

@@ -38,7 +38,17 @@ from typing import Any
 from confluent_kafka.admin import OffsetSpec
 from py4j.protocol import Py4JError
 
-from mirrorflow import admin_sync, clients, lifecycle, metrics, offset_syncs, selection, spark_session, stream_writer
+from mirrorflow import (
+    admin_sync,
+    clients,
+    lifecycle,
+    metrics,
+    offset_syncs,
+    reset,
+    selection,
+    spark_session,
+    stream_writer,
+)
 from mirrorflow.anchors import Anchor, PartitionAnchors
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
@@ -52,6 +62,7 @@ log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
 _SyncRecord = Any  # AnchorRecord | Position | Loss | Incarnation | _Tombstone: each has key() and value()
+_RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirrorflow reset` it starts after
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 
@@ -153,6 +164,16 @@ class _Driver:
         self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
         self.losses = dict(syncs.losses)
         self.incarnations = dict(syncs.incarnations)
+        marker = self.checkpoint / _RESET_MARKER
+        if reset.requested_since(syncs, marker.read_text().strip() if marker.exists() else None):
+            assert syncs.reset is not None
+            if (self.checkpoint / "offsets").is_dir():
+                self._new_checkpoint()
+                log.warning("flow %s: reset at %s: a new Spark checkpoint, at the offset syncs' positions",
+                            self.flow.name, time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                                          time.gmtime(syncs.reset.at_ms / 1000)))
+            self.checkpoint.mkdir(parents=True, exist_ok=True)
+            marker.write_text(str(syncs.reset.at_ms))
         for tp, loss in self.losses.items():
             self.metrics.observe_loss(tp, loss.lost)
         records: list[_SyncRecord] = []
@@ -261,6 +282,9 @@ class _Driver:
         replaced = self.checkpoint.with_name(f"{self.checkpoint.name}.before-{int(time.time() * 1000)}")
         if self.checkpoint.exists():
             self.checkpoint.rename(replaced)
+            if (replaced / _RESET_MARKER).exists():
+                self.checkpoint.mkdir(parents=True)
+                (replaced / _RESET_MARKER).rename(self.checkpoint / _RESET_MARKER)
             shutil.rmtree(replaced, ignore_errors=True)
 
     def _incarnations(self, topics: set[str]) -> set[str]:

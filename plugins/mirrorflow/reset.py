@@ -1,0 +1,109 @@
+"""`mirrorflow reset`: move where a flow resumes a topic's partitions, on purpose and on the record.
+
+Only while the flow's stream is stopped (the command takes the flow's lease for the time it writes). Each
+partition's position in the offset syncs moves to the wanted source offset: earlier re-mirrors records (the
+stream's first batch after a reset is a replay, so translation stays exact), later skips them. The anchors
+stay: they name copies that exist on the target. A reset record tells the next stream that its Spark
+checkpoint is older than the positions, so it starts a new checkpoint at them. Every move is logged.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka.admin import OffsetSpec
+
+from mirrorflow import admin_sync, clients, offset_syncs, selection
+from mirrorflow.config import MirrorConfig
+from mirrorflow.errors import ConfigError, OperationalError
+from mirrorflow.flow_lease import FlowLease
+from mirrorflow.offset_syncs import Position, Reset
+
+log = logging.getLogger(__name__)
+EARLIEST, LATEST = "earliest", "latest"
+
+
+@dataclass(frozen=True)
+class PartitionReset:
+    topic: str
+    partition: int
+    before: int | None  # the position before; None: the flow had never read the partition
+    after: int
+
+    def line(self) -> str:
+        before = "never read" if self.before is None else str(self.before)
+        return f"{self.topic}-{self.partition}: {before} -> {self.after}"
+
+
+def parse_to(text: str) -> str | int:
+    """`--to`: earliest, latest, or a non-negative source offset."""
+    value = text.strip().lower()
+    if value in (EARLIEST, LATEST):
+        return value
+    if value.isdigit():
+        return int(value)
+    raise ConfigError(f"--to {text!r}: expected earliest, latest or a source offset")
+
+
+def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitions: list[int] | None = None,
+          reason: str = "") -> list[PartitionReset]:
+    """Move the flow's positions of `topic` (all partitions, or `partitions`) to `to`; the moves made."""
+    flow = cfg.flow(flow_name)
+    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
+    source_admin = clients.admin(source)
+    counts, _ = admin_sync.partition_counts(source_admin, source.alias)
+    if topic not in counts:
+        raise ConfigError(f"--topic {topic}: no such topic on {flow.source}")
+    if not selection.replicates(flow, topic):
+        raise ConfigError(f"--topic {topic}: flow {flow.name} does not replicate it")
+    wanted = sorted(set(partitions)) if partitions is not None else list(range(counts[topic]))
+    beyond = [p for p in wanted if not 0 <= p < counts[topic]]
+    if beyond:
+        raise ConfigError(f"--partitions: {flow.source} topic {topic} has {counts[topic]} partitions, not {beyond[0]}")
+    tps = [(topic, p) for p in wanted]
+    starts = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    ends = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    targets = {tp: _resolve(to, starts[tp], ends[tp], tp) for tp in tps}
+
+    syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
+    lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
+    lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
+    try:
+        positions = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic).positions
+        moves = [PartitionReset(t, p, positions[(t, p)].upstream_next if (t, p) in positions else None,
+                                targets[(t, p)]) for t, p in tps]
+        records: list[Position | Reset] = [
+            Position(m.topic, m.partition, m.after, positions[(m.topic, m.partition)].downstream_next
+                     if (m.topic, m.partition) in positions else -1) for m in moves]
+        records.append(Reset(int(time.time() * 1000)))
+        producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
+        for record in records:
+            producer.produce(syncs_topic, record.value(), record.key(), partition=0)
+        if producer.flush(admin_sync.TIMEOUT_S) > 0:
+            raise OperationalError(f"flow {flow.name}: the reset was not acknowledged by {flow.target} within "
+                                   f"{admin_sync.TIMEOUT_S:.0f} s; run it again")
+    finally:
+        lease.release()
+    who = getpass.getuser()
+    for m in moves:
+        log.warning("flow %s: reset by %s%s: %s", flow.name, who, f" ({reason})" if reason else "", m.line())
+    return moves
+
+
+def _resolve(to: str | int, start: int, end: int, tp: tuple[str, int]) -> int:
+    if to == EARLIEST:
+        return start
+    if to == LATEST:
+        return end
+    assert isinstance(to, int)
+    if not start <= to <= end:
+        raise ConfigError(f"--to {to}: {tp[0]}-{tp[1]} holds offsets {start}..{end} (its log start to its end)")
+    return to
+
+
+def requested_since(syncs: offset_syncs.SyncsState, marker: str | None) -> bool:
+    """True when the offset syncs hold a reset the stream's Spark checkpoint (its `marker`) does not know."""
+    return syncs.reset is not None and marker != str(syncs.reset.at_ms)
