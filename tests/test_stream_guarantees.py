@@ -157,8 +157,11 @@ def test_a_record_too_large_for_the_target_stops_the_flow_naming_it(
     assert stream.proc is not None and stream.proc.wait(300) == 1, stream.output()[-3000:]
     error = [line for line in stream.output().splitlines() if line.startswith("mirrorflow: error:")]
     assert len(error) == 1, stream.output()[-3000:]
-    for part in ("big.t partition 0 offset 1", "500000 bytes", "big.big.t", "max.message.bytes 100000 on small",
-                 "2000000 on big"):
+    framed = 500_000 + len("mirrorflow.provenance") + len("big/big.t/0/1")  # the value, the provenance header
+    for part in ("big.t partition 0 offset 1", f"500000 bytes ({framed} with its headers and the provenance header)",
+                 "big.big.t", "max.message.bytes 100000 on small", "2000000 on big",
+                 f"set big.big.t's max.message.bytes to at least {framed + 128} and add max.message.bytes to "
+                 "config.properties.exclude"):
         assert part in error[0], error[0]
     assert all(len(m.value()) < 100_000 for m in read_partition(BETA, "big.big.t", 0))
 

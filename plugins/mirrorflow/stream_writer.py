@@ -175,7 +175,9 @@ class _PartitionWrite:
         self.mirrored = spec.mirrored.get(tp, -1)
         self.written: list[int] = []  # upstream offsets, in produce order
         self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
-        self.failures: list[tuple[KafkaError, int, int]] = []  # (error, record size, index in write order)
+        # (error, key + value size, size with every header, index in write order)
+        self.failures: list[tuple[KafkaError, int, int, int]] = []
+        self.header_bytes: dict[int, int] = {}  # write index -> header bytes, for records of _LARGE_RECORD_BYTES
         if spec.exactly_once:
             if tp not in spec.unsynced:
                 self.mirrored = max(self.mirrored, _committed_position(spec, tp))
@@ -187,7 +189,9 @@ class _PartitionWrite:
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
             size = len(msg.value() or b"") + len(msg.key() or b"")
-            self.failures.append((err, size, len(self.acked) + len(self.failures)))
+            index = len(self.acked) + len(self.failures)
+            headers = self.header_bytes.get(index)
+            self.failures.append((err, size, size if headers is None else size + headers, index))
             return
         self.acked.append(msg.offset())
         self.summary.latency.add(int(time.time() * 1000) - msg.timestamp()[1])
@@ -223,8 +227,11 @@ class _PartitionWrite:
                                         provenance.Provenance(spec.source, topic, partition, offset).encode())]
             key, value, ts = keys[i], values[i], stamps[i]
             _produce(producer, remote, partition, key, value, ts, hdrs, delivered)
+            size = len(value or b"") + len(key or b"")
+            if size >= _LARGE_RECORD_BYTES:  # a delivery report has no headers: what an error message needs
+                self.header_bytes[len(written)] = sum(len(k) + len(v or b"") for k, v in hdrs or ())
             written.append(offset)
-            summary.bytes += len(value or b"") + len(key or b"")
+            summary.bytes += size
             summary.age.add(now - ts)
             summary.last_timestamp = ts
         summary.records = len(written)
@@ -243,9 +250,9 @@ class _PartitionWrite:
             _flush(producer, spec, tp)
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
-            err, size, index = max(self.failures, key=lambda f: f[1]) if any(
+            err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
                 f[0].code() == KafkaError.MSG_SIZE_TOO_LARGE for f in self.failures) else self.failures[0]
-            raise MirrorError(_failure_message(spec, tp, remote, self.written[index], err, size))
+            raise MirrorError(_failure_message(spec, tp, remote, self.written[index], err, size, framed))
         if len(self.acked) != len(self.written):
             raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {len(self.written) - len(self.acked)} "
                               "records have no delivery report after flush")
@@ -328,15 +335,24 @@ def _headers(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
                      strict=True)) or None if valid[i] else None for i in range(n)]
 
 
+_LARGE_RECORD_BYTES = 4096
+# A record batch of one record: the batch header (61 bytes) and the record's own varint framing (at most ~40).
+RECORD_FRAMING_BYTES = 128
+
+
 def _failure_message(spec: WriterSpec, tp: TopicPartition, remote: str, offset: int, err: KafkaError,
-                     size: int) -> str:
+                     size: int, framed: int) -> str:
     where = f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} offset {offset}"
     if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
         source_limit = _max_message_bytes(spec.source_admin_settings, tp[0])
         target_limit = _max_message_bytes(spec.target_admin_settings, remote)
-        return (f"{where}: a record of {size} bytes is too large for {spec.target} topic {remote} "
-                f"(max.message.bytes {target_limit} on {spec.target}, {source_limit} on {spec.source}): "
-                f"raise {remote}'s max.message.bytes to at least {source_limit}")
+        headers = " and the provenance header" if spec.provenance else ""
+        with_headers = f" ({framed} with its headers{headers})" if framed > size else ""
+        # The config sync copies the source's max.message.bytes: a remote topic raised by hand must be kept out.
+        return (f"{where}: a record of {size} bytes{with_headers} is too large for "
+                f"{spec.target} topic {remote} (max.message.bytes {target_limit} on {spec.target}, {source_limit} on "
+                f"{spec.source}): set {remote}'s max.message.bytes to at least {framed + RECORD_FRAMING_BYTES} and "
+                "add max.message.bytes to config.properties.exclude, so that the config sync keeps it")
     return f"{where}: {spec.target} topic {remote} refused the record: {err.str()}"
 
 
