@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint bench bench-batch bench-state stop clean
+.PHONY: setup demo test lint bench bench-batch bench-state bench-fence stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -51,6 +51,9 @@ bench-batch: setup
 # `make test`).
 bench-state: setup
 	$(BIN)/python tests/benchmark_state.py
+
+bench-fence: setup
+	$(BIN)/python tests/benchmark_fence.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow stop --flow "primary->backup" --reason "make stop" --timeout 90

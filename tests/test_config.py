@@ -112,9 +112,20 @@ def test_file_placeholder(tmp_path: Path) -> None:
     (BASE + "A.sasl.jaas.config = ${env:NOPE_NOT_SET}\n", "A.sasl.jaas.config: environment variable NOPE_NOT_SET"),
     ("A.bootstrap.servers = a:1\n", "clusters: required key is missing: list the cluster aliases (bootstrap"),
     ("clusters = A, A\nA.bootstrap.servers = a:1\n", "cluster alias 'A' is listed twice"),
+    (BASE + "A->B.enabled = true\nB.exactly.once.source.support = enabled\n"
+            "A.consumer.isolation.level = read_uncommitted\n",
+     "mm2.properties:6: A.consumer.isolation.level: flow A->B is exactly-once (B.exactly.once.source.support = "
+     "enabled): it reads A read_committed, not read_uncommitted"),
 ])
 def test_bad_input_is_reported_with_file_line_and_key(text: str, expected: str) -> None:
     assert any(expected in p for p in problems(text)), problems(text)
+
+
+def test_an_exactly_once_flow_reads_its_source_committed() -> None:
+    cfg = config.from_text(BASE + "A->B.enabled = true\nB.exactly.once.source.support = enabled\n")
+    assert cfg.reads_committed(cfg.flow("A->B"))
+    plain = config.from_text(BASE + "A->B.enabled = true\n")
+    assert not plain.reads_committed(plain.flow("A->B"))
 
 
 def test_every_problem_is_reported_not_only_the_first() -> None:

@@ -217,3 +217,45 @@ def test_a_reset_moves_where_the_stopped_flow_resumes_and_is_refused_while_it_ru
         assert stream.stop() == 0
     finally:
         stream.stop()
+
+
+def test_a_remote_topic_deleted_on_the_target_is_held_not_re_created_and_a_reset_releases_it(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("kept", "gone"), (PORTS["alpha"], PORTS["beta"]), ["kept->gone"],
+                               "topics = held\\..*\nmirrorflow.offset-syncs.prune.interval.seconds = 2\n"))
+    create_topic(ALPHA, "held.a", 1)
+    create_topic(ALPHA, "held.b", 1)
+    _produce("held.a", 1, 50, "a")
+    _produce("held.b", 1, 50, "b")
+    target = AdminClient({"bootstrap.servers": BETA, **QUIET})
+    stream = StreamProcess(cfg, "kept->gone", tmp_path / "stream")
+    stream.start()
+    try:
+        wait_for(lambda: end_offsets(BETA, "kept.held.a") == [50] and end_offsets(BETA, "kept.held.b") == [50],
+                 240, "the first records", stream)
+        target.delete_topics(["kept.held.a"])["kept.held.a"].result(30)
+        _produce("held.a", 1, 20, "a2")
+        _produce("held.b", 1, 20, "b2")
+        wait_for(lambda: end_offsets(BETA, "kept.held.b") == [70], 240, "the other topic", stream)
+        wait_for(lambda: "held.a is HELD" in stream.output(), 120, "the hold", stream)
+        assert "kept.held.a" not in target.list_topics(timeout=10).topics
+        assert stream.alive()
+        assert stream.stop() == 0
+        [flow] = _cli(cfg, "status", "--flow", "kept->gone")
+        assert [h["topic"] for h in flow["held-topics"]] == ["held.a"], flow["held-topics"]
+        assert "remote topic kept.held.a deleted on gone" in flow["held-topics"][0]["why"]
+
+        released = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "reset", "--flow",
+                                   "kept->gone", "--topic", "held.a", "--to", "earliest"],
+                                  capture_output=True, text=True, timeout=120)
+        assert released.returncode == 0, released.stderr
+        assert "remote topic kept.held.a was deleted on gone: its copies start again" in released.stderr
+        stream.start()
+        wait_for(lambda: end_offsets(BETA, "kept.held.a") == [70], 240, "held.a again, whole", stream)
+        values = [m.value() for m in read_partition(BETA, "kept.held.a", 0)]
+        assert values == [f"a-0-{i}".encode() for i in range(50)] + [f"a2-0-{i}".encode() for i in range(20)]
+        assert end_offsets(BETA, "kept.held.b") == [70]
+        assert stream.stop() == 0
+    finally:
+        stream.stop()

@@ -245,7 +245,8 @@ def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None) -> Partition
 
 # -- the Spark job ------------------------------------------------------------------------------
 
-def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> Any:
+def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange],
+                   committed: bool = False) -> Any:
     """The source records of the non-empty ranges the flow mirrors, as Spark's Kafka source gives them, and
     `refused`: a provenance hop names the flow's target and the remote topic, so the stream's writer refuses
     the record (it would loop back to where it came from); the audit counts it, never expects it.
@@ -260,7 +261,7 @@ def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[S
         assign.setdefault(r.topic, []).append(r.partition)
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    records = _read(spark, cluster, assign, json.dumps(starting), json.dumps(ending))
+    records = _read(spark, cluster, assign, json.dumps(starting), json.dumps(ending), committed=committed)
     returns = spark.createDataFrame(
         sorted({(r.topic, provenance.prefix(flow.target, r.remote).decode()) for r in wanted}),
         "topic string, returning_prefix string")
@@ -337,7 +338,7 @@ def _digests(side: str, at_partition: str, at_offset: str) -> list[str]:
 
 
 def _tallies(spark: Any, cfg: MirrorConfig, flow: Flow, planned: Sequence[SourceRange]) -> list[dict[str, Any]]:
-    source = source_records(spark, cfg.cluster(flow.source), flow, planned)
+    source = source_records(spark, cfg.cluster(flow.source), flow, planned, cfg.reads_committed(flow))
     if source is None:
         return []
     sides = source.selectExpr(*_digests(f"IF(refused, {_REFUSED}, {_SOURCE})", "partition", "offset"))

@@ -190,7 +190,7 @@ def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_ad
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
     admin_sync.ensure_remote_topics(flow, source_admin, target_admin, {j.topic: counts[j.topic] for j in todo})
     spark = spark or spark_session.build(f"mirrorflow backfill {flow.name}", master)
-    records = audit.source_records(spark, source, flow, todo)
+    records = audit.source_records(spark, source, flow, todo, cfg.reads_committed(flow))
     copies = audit.target_copies(spark, target, flow, todo)
     if copies is not None:
         records = records.join(copies.select("topic", "partition", "offset"), ["topic", "partition", "offset"],

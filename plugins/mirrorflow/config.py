@@ -169,6 +169,12 @@ class MirrorConfig:
         known = ", ".join(f.name for f in self.enabled_flows) or "none"
         raise ConfigError(f"no enabled flow {name!r} (enabled flows: {known})", source=self.source)
 
+    def reads_committed(self, flow: Flow) -> bool:
+        """Whether the flow reads its source under read_committed: when the source's consumer says so, and always
+        for an exactly-once target (validation refuses any other explicit setting)."""
+        level = self.cluster(flow.source).client_config("consumer").get("isolation.level", "")
+        return level.strip().lower() == "read_committed" or self.cluster(flow.target).exactly_once
+
     def cluster(self, alias: str) -> Cluster:
         if alias not in self.clusters:
             raise ConfigError(f"unknown cluster alias {alias!r}{_did_you_mean(alias, self.clusters)}"
@@ -275,6 +281,14 @@ class _Reader:
             if k in keys.FLOW_KEY_BY_NAME:
                 self.check_value(top[k], keys.FLOW_KEY_BY_NAME[k])
         flows = tuple(self.build_flow(src, tgt, top, over) for (src, tgt), over in flow_overrides.items())
+        for f in flows:
+            level = clusters[f.source].client_settings("consumer").get("isolation.level")
+            enabled = f.settings["enabled"].value.strip().lower() == "true"  # an invalid value is reported above
+            if (enabled and clusters[f.target].exactly_once and level is not None
+                    and level.value.strip().lower() != "read_committed"):
+                self.error(level.line, level.key, f"flow {f.name} is exactly-once ({f.target}.exactly.once.source."
+                           f"support = enabled): it reads {f.source} read_committed, not {level.value.strip()} "
+                           "(aborted source records would be committed on the target)")
         if self.errors:
             raise InvalidConfig(self.errors)
         if not any(f.enabled for f in flows):

@@ -119,16 +119,24 @@ def group_of(flow: str) -> str:
     return f"mirrorflow:{flow}"
 
 
-def members(admin: AdminClient, flow: str) -> list[Any]:
-    """The members of the flow's lease group (none while no instance runs, or the group cannot be described)."""
+def members(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> list[Any]:
+    """The members of the flow's lease group (none while no instance runs: a group that never existed is
+    described as empty). A group that cannot be described (a coordinator moving or loading, a target that does
+    not answer) is asked again until `timeout_s`, then an OperationalError: never read as "nobody holds it"."""
     group = group_of(flow)
-    try:
-        description = admin.describe_consumer_groups([group])[group].result(timeout=15)
-    except (KafkaException, TimeoutError) as exc:
-        # No group yet, or a coordinator still loading: joining the group settles who holds it.
-        log.debug("flow %s: describing group %s: %r", flow, group, exc)
-        return []
-    return list(description.members)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            future = admin.describe_consumer_groups([group])[group]
+            description = future.result(timeout=max(deadline - time.monotonic(), 1.0))
+            return list(description.members)
+        except (KafkaException, TimeoutError) as exc:
+            why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
+            if time.monotonic() >= deadline:
+                raise OperationalError(f"flow {flow}: cannot tell who holds its lease (consumer group {group}): "
+                                       f"{why}") from None
+            log.debug("flow %s: describing group %s: %s; asking again", flow, group, why)
+            time.sleep(0.5)
 
 
 def holders(admin: AdminClient, flow: str) -> list[str]:

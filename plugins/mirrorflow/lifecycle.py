@@ -167,6 +167,7 @@ class FlowHealth:
     lags: tuple[PartitionLag, ...] | None  # None when the source could not be read
     source_error: str = ""
     measured_at: float = field(default_factory=time.time)
+    lease_error: str = ""  # the lease group could not be described: running or not is unknown
 
     @property
     def alive(self) -> bool:
@@ -191,7 +192,8 @@ class FlowHealth:
         return [lag for lag in self.lags or () if lag.lost]
 
     def line(self) -> str:
-        running = f"running on {', '.join(self.holders)}" if self.alive else "not running"
+        running = (f"running on {', '.join(self.holders)}" if self.alive
+                   else f"running or not: unknown ({self.lease_error})" if self.lease_error else "not running")
         beat = "no heartbeat" if self.heartbeat_age_s is None else f"heartbeat {self.heartbeat_age_s:.0f} s ago"
         if self.lags is None:
             lag = "lag unknown" + (f" ({self.source_error})" if self.source_error else " (source not read)")
@@ -206,7 +208,8 @@ class FlowHealth:
 
     def as_dict(self) -> dict[str, Any]:
         return {"flow": self.flow, "requested": self.requested.state, "reason": self.requested.reason,
-                "alive": self.alive, "holders": list(self.holders), "heartbeat_age_s": self.heartbeat_age_s,
+                "alive": self.alive, "holders": list(self.holders), "lease_error": self.lease_error,
+                "heartbeat_age_s": self.heartbeat_age_s,
                 "lag_records": self.lag_records, "lag_seconds": self.lag_seconds, "source_error": self.source_error,
                 "behind": [{"topic": b.topic, "partition": b.partition, "records": b.records} for b in self.behind()],
                 "lost": [{"topic": x.topic, "partition": x.partition, "records": x.lost} for x in self.losing()]}
@@ -221,7 +224,7 @@ def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_syncs.SyncsState | None = 
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
     partitions = [(t, p) for t, n in sorted(counts.items())
                   if selection.replicates(flow, t) and not is_heartbeats_topic(flow.policy, t) for p in range(n)]
-    committed = source.client_config("consumer").get("isolation.level", "").strip().lower() == "read_committed"
+    committed = cfg.reads_committed(flow)
     ends = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
                               IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
     starts = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
@@ -267,7 +270,10 @@ def health(cfg: MirrorConfig, flow: Flow, *, with_lag: bool = True) -> FlowHealt
     """The flow as the clusters see it. Needs the target; the source only for the lag."""
     target = cfg.cluster(flow.target)
     wanted = requested(cfg, flow)
-    holders = tuple(flow_lease.holders(clients.admin(target), flow.name))
+    try:
+        holders, lease_error = tuple(flow_lease.holders(clients.admin(target), flow.name)), ""
+    except OperationalError as exc:
+        holders, lease_error = (), str(exc)
     beat = heartbeats.newest(clients.settings(target, "consumer"), HEARTBEATS_TOPIC).get((flow.source, flow.target))
     age = None if beat is None else max(time.time() - beat.timestamp_ms / 1000, 0.0)
     measured, error = None, ""
@@ -276,7 +282,7 @@ def health(cfg: MirrorConfig, flow: Flow, *, with_lag: bool = True) -> FlowHealt
             measured = tuple(lags(cfg, flow))
         except OperationalError as exc:
             error = str(exc)
-    return FlowHealth(flow.name, wanted, holders, age, measured, error)
+    return FlowHealth(flow.name, wanted, holders, age, measured, error, lease_error=lease_error)
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 1.0) -> bool:

@@ -126,6 +126,7 @@ class FlowMetrics:
         self.state = "starting"
         self.error = ""
         self.pid, self.host = os.getpid(), socket.gethostname()
+        self.held: dict[str, tuple[str, int]] = {}  # source topic -> (why, records not written since)
         self._lock = threading.Lock()
 
     def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -154,6 +155,11 @@ class FlowMetrics:
         with self._lock:
             m = self.partitions.get(tp)
             return m.refused if m is not None else 0
+
+    def hold(self, topic: str, why: str, records: int) -> None:
+        """A topic the stream does not write (its remote topic is gone), and records passed over since."""
+        with self._lock:
+            self.held[topic] = (why, self.held.get(topic, (why, 0))[1] + records)
 
     def observe_loss(self, tp: tuple[str, int], records: int) -> None:
         with self._lock:
@@ -209,6 +215,7 @@ class FlowMetrics:
                 "byte-count": sum(p["byte-count"] for p in parts),
                 "refused-count": sum(p["refused-count"] for p in parts),
                 "lost-count": sum(p["lost-count"] for p in parts),
+                "held-topics": [{"topic": t, "why": why, "records": n} for t, (why, n) in sorted(self.held.items())],
                 "record-rate": round(sum(p["record-rate"] for p in parts), 1),
                 "byte-rate": round(sum(p["byte-rate"] for p in parts), 1),
                 "replication-lag-records": sum(p["replication-lag-records"] for p in parts),
@@ -226,7 +233,8 @@ def progress_line(s: Mapping[str, Any]) -> str:
             f"records / {s['replication-lag-seconds']:.1f} s, latency avg {s['replication-latency-ms-avg']:.0f} ms "
             f"p99 {s['replication-latency-ms-p99']} ms, {len(s['partitions'])} partitions, "
             f"{s['batches']} batches" + (f", {s['refused-count']} refused" if s.get("refused-count") else "")
-            + (f", {s['lost-count']} LOST on the source before mirrored" if s.get("lost-count") else ""))
+            + (f", {s['lost-count']} LOST on the source before mirrored" if s.get("lost-count") else "")
+            + "".join(f"; {h['topic']} HELD: {h['why']}" for h in s.get("held-topics", ())))
 
 
 _PER_PARTITION = (

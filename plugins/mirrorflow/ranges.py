@@ -133,8 +133,7 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
     if not partitions:
         raise ConfigError(f"flow {flow.name}: no topic on {source.alias} matches"
                           f"{' --topics ' + topics if topics else ''} among the topics the flow replicates")
-    committed = source.client_config("consumer").get("isolation.level", "").strip().lower() == "read_committed"
-    isolation = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    isolation = IsolationLevel.READ_COMMITTED if cfg.reads_committed(flow) else IsolationLevel.READ_UNCOMMITTED
     earliest = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     latest = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
                                 isolation)

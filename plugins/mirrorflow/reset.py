@@ -5,6 +5,10 @@ partition's position in the offset syncs moves to the wanted source offset: earl
 stream's first batch after a reset is a replay, so translation stays exact), later skips them. The anchors
 stay: they name copies that exist on the target. A reset record tells the next stream that its Spark
 checkpoint is older than the positions, so it starts a new checkpoint at them. Every move is logged.
+
+A topic whose remote topic was deleted or re-created on the target (the stream holds it) is released by a
+reset of all its partitions: its anchors are tombstoned and its positions say nothing was written there yet,
+so the stream creates the remote topic again (if missing) and writes its copies from the remote's end.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from mirrorflow import admin_sync, clients, offset_syncs, selection
 from mirrorflow.config import MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.flow_lease import FlowLease
-from mirrorflow.offset_syncs import Position, Reset
+from mirrorflow.offset_syncs import AnchorRecord, Position, Reset
 
 log = logging.getLogger(__name__)
 EARLIEST, LATEST = "earliest", "latest"
@@ -72,12 +76,19 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
     lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
     lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
     try:
-        positions = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic).positions
+        syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
+        positions = syncs.positions
+        remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)
+        if remote_gone and len(tps) < counts[topic]:
+            raise ConfigError(f"--partitions: {remote_gone}: reset every partition of {topic} (leave --partitions "
+                              "out)")
         moves = [PartitionReset(t, p, positions[(t, p)].upstream_next if (t, p) in positions else None,
                                 targets[(t, p)]) for t, p in tps]
-        records: list[Position | Reset] = [
+        records: list[Position | Reset | AnchorRecord] = [
             Position(m.topic, m.partition, m.after, positions[(m.topic, m.partition)].downstream_next
-                     if (m.topic, m.partition) in positions else -1) for m in moves]
+                     if (m.topic, m.partition) in positions and not remote_gone else -1) for m in moves]
+        if remote_gone:  # the anchors name copies in a topic that is no more
+            records += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
         records.append(Reset(int(time.time() * 1000)))
         producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
         for record in records:
@@ -88,9 +99,33 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
     finally:
         lease.release()
     who = getpass.getuser()
+    if remote_gone:
+        log.warning("flow %s: %s: its copies start again in a new remote topic", flow.name, remote_gone)
     for m in moves:
         log.warning("flow %s: reset by %s%s: %s", flow.name, who, f" ({reason})" if reason else "", m.line())
     return moves
+
+
+def _remote_gone(cfg: MirrorConfig, flow_name: str, topic: str, partitions: int,
+                 syncs: offset_syncs.SyncsState) -> str:
+    """Why the topic's remote topic no longer holds the flow's copies (deleted, or re-created / truncated: it
+    ends below where the next copy would land), or "" when it does."""
+    flow = cfg.flow(flow_name)
+    target_admin = clients.admin(cfg.cluster(flow.target))
+    remote = flow.policy.remote_topic(flow.source, topic)
+    written = {p: syncs.positions[(topic, p)].downstream_next for p in range(partitions)
+               if (topic, p) in syncs.positions and syncs.positions[(topic, p)].downstream_next >= 0}
+    if not written:
+        return ""
+    counts, _ = admin_sync.partition_counts(target_admin, flow.target)
+    if remote not in counts:
+        return f"remote topic {remote} was deleted on {flow.target}"
+    present = [(remote, p) for p in written if p < counts[remote]]
+    ends = admin_sync.offsets(target_admin, flow.target, present, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    behind = [p for p in written if (remote, p) in ends and ends[(remote, p)] < written[p]]
+    if behind:
+        return f"remote topic {remote} was re-created or truncated on {flow.target}"
+    return ""
 
 
 def _resolve(to: str | int, start: int, end: int, tp: tuple[str, int]) -> int:

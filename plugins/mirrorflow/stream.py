@@ -121,6 +121,8 @@ class _Driver:
         self.first_batch_of_query = True
         self.prune_due = 0.0
         self.incarnations_due = 0.0
+        self.held_due = 0.0
+        self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
         self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
         self.stop_requested = threading.Event()
@@ -141,9 +143,7 @@ class _Driver:
         self.stop_watch.start()
         self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
         self.lease.acquire()
-        if self.exactly_once:
-            stream_writer.fence(self.flow.name, self.flow.source, self.flow.target,
-                                self.producer_settings, self._source_partitions())
+        self._fence()
         self._load_syncs()
         self.metrics.observe_source_ends({})
         if self.flow.flag("emit.heartbeats.enabled"):
@@ -156,6 +156,13 @@ class _Driver:
         mode = "exactly-once" if self.exactly_once else "at-least-once"
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
+
+    def _fence(self) -> None:
+        """Exactly-once: fence every transactional id of the flow's partitions (at start and before a restarted
+        query, whose tasks may have died mid-transaction), serving the lease meanwhile."""
+        if self.exactly_once:
+            stream_writer.fence(self.flow.name, self.flow.source, self.flow.target, self.producer_settings,
+                                self._source_partitions(), self.lease.keep if self.lease is not None else lambda: None)
 
     def _load_syncs(self) -> None:
         """Positions and anchors from the offset syncs; runs of older versions become anchors (and tombstones)."""
@@ -356,6 +363,9 @@ class _Driver:
             log.warning("flow %s: query failed (%s); restarting from its checkpoint in %.0f s",
                         self.flow.name, _first_line(error), pause)
             self.stop_requested.wait(pause)
+            self.held_due = self.incarnations_due = 0.0  # the failure may be a topic gone on either side
+            if not self.stop_requested.is_set():
+                self._fence()
             pause = min(pause * 2, 60.0) if self.metrics.batches == batches_before else 2.0
 
     def _watch(self, query: Any) -> str | None:
@@ -443,6 +453,8 @@ class _Driver:
             "failOnDataLoss": "false",  # the driver detects, records and shows loss per partition (_losses)
             "startingOffsets": self._starting_offsets(java.get("auto.offset.reset", "earliest")),
         })
+        if self.cfg.reads_committed(self.flow):
+            options["kafka.isolation.level"] = "read_committed"
         return options
 
     def _source_partitions(self) -> list[tuple[str, int]]:
@@ -471,6 +483,9 @@ class _Driver:
             counts[topic] = max(counts.get(topic, 0), partition + 1)
         replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t)}
         grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
+        self._hold_gone_remotes(replicated, grown)  # before anything could create a deleted remote topic again
+        replicated = {t: n for t, n in replicated.items() if t not in self.held}
+        grown = {t: n for t, n in grown.items() if t not in self.held}
         if grown:
             admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
             self.ready.update(grown)
@@ -483,6 +498,10 @@ class _Driver:
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
                 .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
+        for r in rows:
+            if r["topic"] in self.held:
+                self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
+        rows = [r for r in rows if r["topic"] not in self.held]
         lost = self._losses(ends, rows, replicated)
         for r in rows:
             tp = (r["topic"], r["partition"])
@@ -511,6 +530,39 @@ class _Driver:
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
         self.metrics.observe(rows)
+
+    def _hold_gone_remotes(self, replicated: Mapping[str, int], grown: Mapping[str, int]) -> None:
+        """Hold the topics whose remote topic was deleted, or re-created (its end fell below where the flow's next
+        record would land), on the target after the flow wrote to it: nothing of them is written and their
+        positions stay, so no remote topic is created again behind the operator's back and no offset sync points
+        into a topic that no longer holds the copies. `mirrorflow reset` releases a topic (at the next start).
+        Looked at for topics new to this run and every prune interval."""
+        due = time.monotonic() >= self.held_due
+        if due:
+            self.held_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
+        written = {tp: d for tp, d in self.downstream_next.items() if d >= 0}
+        looked = {t for t in replicated if t not in self.held and (due or t in grown)
+                  and any(tp[0] == t for tp in written)}
+        if not looked:
+            return
+        remote = {t: self.flow.policy.remote_topic(self.flow.source, t) for t in looked}
+        counts, _ = admin_sync.partition_counts(self.target_admin, self.target.alias)
+        gone = {t: f"remote topic {remote[t]} deleted on {self.flow.target}" for t in looked if remote[t] not in counts}
+        present = [(remote[tp[0]], tp[1]) for tp in written
+                   if tp[0] in looked and tp[0] not in gone and tp[1] < counts[remote[tp[0]]]]
+        ends = admin_sync.offsets(self.target_admin, self.target.alias, present,
+                                  OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        for (t, p), d in sorted(written.items()):
+            end = ends.get((remote.get(t, ""), p))
+            if t in looked and t not in gone and end is not None and end < d:
+                gone[t] = (f"remote topic {remote[t]} re-created or truncated on {self.flow.target} (partition {p} "
+                           f"ends at {end}, the flow's next copy would land at {d})")
+        for t, why in sorted(gone.items()):
+            self.held[t] = why
+            self.metrics.hold(t, why, 0)
+            log.warning("flow %s: %s: %s is HELD, nothing of it written, its positions kept; to mirror it into a "
+                        "new %s: mirrorflow reset --flow %s --topic %s --to earliest (or the offset to start at), "
+                        "then start the flow", self.flow.name, why, t, remote[t], self.flow.name, t)
 
     def _recreated_check(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int]) -> None:
         """Before anything is written: topics re-created on the source (Kafka's topic ID changed) lose their old

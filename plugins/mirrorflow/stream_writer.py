@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from mirrorflow import metrics, offset_syncs, provenance
 from mirrorflow.anchors import Anchor
+from mirrorflow.errors import OperationalError
 from mirrorflow.offset_syncs import Position
 
 log = logging.getLogger(__name__)
@@ -47,7 +49,7 @@ SUMMARY_SCHEMA = (
 FATAL = "mirrorflow-fatal: "
 _FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 _FLUSH_LOG_S = 30.0
-_METADATA_WAIT_S = 60.0
+_METADATA_WAIT_S = 15.0  # remote topics are confirmed visible before the first write: this is a margin
 
 
 @dataclass(frozen=True)
@@ -100,9 +102,15 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
         rows = _settle(spec, list(writes.values()))
     except KafkaException as exc:
         err: KafkaError = exc.args[0]
-        if err.code() in _FENCED:
-            raise MirrorError(f"flow {spec.flow}: fenced: another instance of this flow is writing to "
-                              f"{spec.target}") from None
+        if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+            raise MirrorError(f"flow {spec.flow}: fenced: another writer initialised this flow's transactional ids "
+                              f"on {spec.target} (a second instance of the flow, or a task of a stopped one): "
+                              f"{err.str()}") from None
+        if err.code() == KafkaError.INVALID_PRODUCER_EPOCH:
+            # Not fatal: the coordinator aborted a transaction that outlived transaction.timeout.ms; Spark
+            # retries the task, whose fresh producer resumes from the committed position.
+            raise RuntimeError(f"flow {spec.flow}: {spec.target} aborted a transaction (it outlived "
+                               f"transaction.timeout.ms = {_TRANSACTION_TIMEOUT_MS} ms?): {err.str()}") from None
         raise
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
@@ -114,9 +122,9 @@ def _settle(spec: WriterSpec, writes: list[_PartitionWrite]) -> list[dict[str, A
     if spec.exactly_once:
         return [w.settle().row() for w in writes]
     shared = _idempotent_producer(spec)
-    _flush(shared, spec, writes[0].tp if writes else ("-", -1))
+    _flush(shared, spec, writes)
     rows = [w.settle(flushed=True).row() for w in writes]
-    _flush(shared, spec, writes[0].tp if writes else ("-", -1))
+    _flush(shared, spec, writes)
     return rows
 
 
@@ -247,7 +255,7 @@ class _PartitionWrite:
                 producer.abort_transaction()
             return self.summary  # a topic the pattern matched but the flow does not replicate
         if not flushed:
-            _flush(producer, spec, tp)
+            _flush(producer, spec, [self])
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
             err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
@@ -261,8 +269,12 @@ class _PartitionWrite:
         if spec.exactly_once:
             producer.commit_transaction()  # flushes the syncs with the records
         elif not flushed:
-            _flush(producer, spec, tp)
+            _flush(producer, spec, [self])
         return self.summary
+
+    @property
+    def unacknowledged(self) -> int:
+        return len(self.written) - len(self.acked) - len(self.failures)
 
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
@@ -281,7 +293,8 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
                 raise
             deadline = deadline or time.monotonic() + _METADATA_WAIT_S
             if time.monotonic() > deadline:
-                raise MirrorError(f"{topic} partition {partition} does not exist on the target") from None
+                # Not fatal: the restarted query's first batch finds out whether the remote topic was deleted.
+                raise RuntimeError(f"{topic} partition {partition} does not exist on the target") from None
             producer.list_topics(topic, timeout=5)
             time.sleep(0.2)
 
@@ -311,12 +324,33 @@ def _task_attempt() -> int:
     return ctx.attemptNumber() if ctx is not None else 0
 
 
-def _flush(producer: Producer, spec: WriterSpec, tp: TopicPartition) -> None:
+def _flush(producer: Producer, spec: WriterSpec, writes: list[_PartitionWrite]) -> None:
+    """Wait until the target acknowledged everything produced; every _FLUSH_LOG_S name the stuck partitions
+    and what the target's metadata says of them (at-least-once never gives up: nothing is skipped)."""
     waited = 0.0
     while producer.flush(_FLUSH_LOG_S) > 0:
         waited += _FLUSH_LOG_S
-        log.warning("flow %s: %s-%s: target %s has not acknowledged for %.0f s; waiting (nothing is skipped)",
-                    spec.flow, tp[0], tp[1], spec.target, waited)
+        stuck = [w for w in writes if w.unacknowledged > 0]
+        named = "; ".join(f"{w.remote}-{w.tp[1]}: {w.unacknowledged} records, {_leader(producer, w)}"
+                          for w in stuck[:5]) + (f"; and {len(stuck) - 5} more partitions" if len(stuck) > 5 else "")
+        log.warning("flow %s: target %s has not acknowledged for %.0f s: %s; waiting (nothing is skipped)",
+                    spec.flow, spec.target, waited, named or "the offset syncs")
+
+
+def _leader(producer: Producer, write: _PartitionWrite) -> str:
+    """The cause as the target's metadata shows it: no leader, or the leader and its in-sync replicas."""
+    try:
+        topic = producer.list_topics(write.remote, timeout=5).topics.get(write.remote)
+    except KafkaException as exc:
+        return f"metadata unavailable ({exc.args[0].str()})"
+    part = topic.partitions.get(write.tp[1]) if topic is not None and topic.error is None else None
+    if part is None:
+        return "the partition is unknown to the target"
+    if part.leader < 0:
+        return f"no leader ({part.error.str() if part.error else 'leader not available'})"
+    return f"leader broker {part.leader}, in sync {len(part.isrs)} of {len(part.replicas)} replicas" + (
+        f" ({part.error.str()})" if part.error else ": the leader is up, so a quota, a full disk or too few "
+                                                     "in-sync replicas hold the writes (its log says which)")
 
 
 def _headers(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
@@ -401,27 +435,44 @@ def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> Producer:
     # cached in one Python worker would be fenced by the same id in another worker.
     producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS,
                          "transactional.id": _transactional_id(spec, tp),
-                         "transaction.timeout.ms": 600_000, "message.timeout.ms": 600_000})
+                         "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS,
+                         "message.timeout.ms": _TRANSACTION_TIMEOUT_MS})
     producer.init_transactions(60)
     return producer
 
 
+_TRANSACTION_TIMEOUT_MS = 600_000
+_FENCING_THREADS = 32
+
+
 def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, Any],
-          partitions: list[TopicPartition]) -> None:
+          partitions: list[TopicPartition], keep_alive: Callable[[], object] = lambda: None,
+          threads: int = _FENCING_THREADS) -> None:
     """Abort every transaction a crashed instance of the flow left open, and fence its writers.
 
     Until then the target's last stable offset stays behind those transactions, and the offset syncs
-    committed after them by other partitions would be invisible to a read_committed reader.
+    committed after them by other partitions would be invisible to a read_committed reader. The ids are
+    initialised concurrently; `keep_alive` runs every half second meanwhile (the driver serves its lease).
     """
-    spec_ids = [transactional_id(source, target, tp) for tp in partitions]
-    for tid in spec_ids:
+    def init(tid: str) -> None:
         producer = Producer({**producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
-                             "transaction.timeout.ms": 600_000, "message.timeout.ms": 600_000})
+                             "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS,
+                             "message.timeout.ms": _TRANSACTION_TIMEOUT_MS})
         try:
             producer.init_transactions(60)
         except KafkaException as exc:
-            raise MirrorError(f"flow {flow}: cannot fence writer {tid}: {exc.args[0].str()}") from None
-    log.info("flow %s: fenced %d transactional writers", flow, len(spec_ids))
+            raise OperationalError(f"flow {flow}: cannot fence writer {tid} on {target}: {exc.args[0].str()}") from None
+
+    spec_ids = [transactional_id(source, target, tp) for tp in partitions]
+    begun = time.monotonic()
+    with ThreadPoolExecutor(threads, thread_name_prefix="mirrorflow-fence") as pool:
+        pending = {pool.submit(init, tid) for tid in spec_ids}
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
+            for future in done:
+                future.result()  # the first failure, as it is
+            keep_alive()
+    log.info("flow %s: fenced %d transactional writers in %.1f s", flow, len(spec_ids), time.monotonic() - begun)
 
 
 def _committed_position(spec: WriterSpec, tp: TopicPartition) -> int:
