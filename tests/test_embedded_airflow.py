@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PORTS
-from mirrorflow import clients, config, flow_lease, metrics
+from mirrorflow import clients, config, flow_lease, local_airflow, metrics
 from streams import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
@@ -70,3 +70,11 @@ def test_the_embedded_airflow_runs_the_flow_and_its_scheduler_restarts_a_killed_
     assert back < 120
     again = subprocess.run([*cli, "airflow", "up"], capture_output=True, text=True, timeout=120)
     assert "password in" in again.stdout and "login: admin / " not in again.stdout  # the password is shown once
+
+    # `airflow down` leaves no process of the standalone's session, task workers included.
+    session = local_airflow.status().pid
+    assert session is not None and local_airflow.session_processes(session)
+    subprocess.run([*cli, "stop", "--flow", FLOW, "--timeout", "90"], capture_output=True, timeout=120)
+    down = subprocess.run([*cli, "airflow", "down"], capture_output=True, text=True, timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert local_airflow.session_processes(session) == []

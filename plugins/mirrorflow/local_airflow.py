@@ -112,27 +112,42 @@ def up(project: Path, config_path: Path) -> AirflowState:
 
 
 def down() -> AirflowState:
-    """Stop the standalone process group (scheduler, dag-processor, API server, triggerer, their tasks)."""
+    """Stop the standalone's session: scheduler, dag-processor, API server, triggerer and their task workers
+    (each task worker runs in a process group of its own, so the session, not the group, holds them all)."""
     pid = _running_pid()
     if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
+        _signal_session(pid, signal.SIGTERM)
         deadline = time.monotonic() + 60
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.5)
         if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+            _signal_session(pid, signal.SIGKILL)
     _pid_file().unlink(missing_ok=True)
     return status()
 
 
-def _alive(group: int) -> bool:
-    """Whether any process of the standalone's process group (its jobs, their tasks) still runs."""
-    try:
-        os.killpg(group, 0)
-    except OSError:
-        return False
-    return True
+def session_processes(session: int) -> list[int]:
+    """The processes of a session (Linux /proc): the standalone started one with start_new_session."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[3]) == session:  # after the command: state, ppid, pgrp, session
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _signal_session(session: int, sig: int) -> None:
+    for member in session_processes(session):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(member, sig)
+
+
+def _alive(session: int) -> bool:
+    """Whether any process of the standalone's session (its jobs, their task workers) still runs."""
+    return bool(session_processes(session))
 
 
 def _ensure_login() -> str | None:
