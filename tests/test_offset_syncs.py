@@ -25,13 +25,22 @@ def test_records_round_trip_through_the_wire_format() -> None:
     assert len({anchor.key(), position.key(), AnchorRecord("orders.eu", 7, 253, None).key()}) == 3
 
 
-@given(st.lists(st.tuples(st.integers(0, 2**40), st.integers(1, 10_000)), max_size=30))
-def test_a_loss_counts_every_range_keeps_the_newest_and_round_trips(ranges: list[tuple[int, int]]) -> None:
-    loss = Loss("repartition", 3)
-    for first, size in ranges:
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 10)), max_size=30))
+def test_a_loss_counts_the_union_of_its_ranges_merges_neighbours_and_round_trips(
+        ranges: list[tuple[int, int]]) -> None:
+    """Gaps as a stream meets them: each starts at or after the previous one's end (a replay repeats one)."""
+    loss, at, covered = Loss("repartition", 3), 0, set()
+    for skip, size in ranges:
+        first = at + skip
         loss = loss.add(first, first + size)
-    assert loss.lost == sum(size for _, size in ranges)
-    assert loss.ranges == tuple((f, f + n) for f, n in ranges)[-LOSS_RANGES:] if ranges else loss.ranges == ()
+        if skip == 0 and loss.ranges and loss.ranges[-1][1] == first + size:
+            assert loss.add(first, first + size) == loss  # a replayed batch finds the same gap
+        covered |= set(range(first, first + size))
+        at = first + size
+    assert loss.lost == len(covered)
+    assert len(loss.ranges) <= LOSS_RANGES
+    assert all(a < b for a, b in loss.ranges)
+    assert all(b < c for (_, b), (c, _) in zip(loss.ranges, loss.ranges[1:], strict=False))  # merged, ordered
     assert offset_syncs.decode(loss.key(), loss.value()) == (("repartition", 3), loss)
     assert offset_syncs.decode(loss.key(), None) == (("repartition", 3), None)
     assert loss.key() != Position("repartition", 3, 0, 0).key()

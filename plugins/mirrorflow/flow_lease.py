@@ -71,7 +71,12 @@ class FlowLease:
                 continue
             next_check = time.monotonic() + 5
             me = consumer.memberid()
-            holders = [m for m in self._members(admin) if m.member_id != me and m.assignment.topic_partitions]
+            try:
+                members = self._members(admin)
+            except OperationalError as exc:  # the target still cannot tell: keep waiting
+                log.info("%s; waiting", exc)
+                continue
+            holders = [m for m in members if m.member_id != me and m.assignment.topic_partitions]
             if holders:
                 raise OperationalError(f"flow {self.flow}: another instance on {holders[0].host} took over "
                                        f"(consumer group {self.group}); this one stops")

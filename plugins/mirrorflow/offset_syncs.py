@@ -99,8 +99,10 @@ class Position:
 
 @dataclass(frozen=True)
 class Loss:
-    """Source records deleted before the flow read them. Invariant: `lost` is the size of every range ever added;
-    `ranges` holds the newest LOSS_RANGES of them, [first, end), oldest first."""
+    """Source records deleted before the flow read them. Invariants: `lost` is the size of the union of every
+    range ever added (adding a range already covered by the newest ones changes nothing: a replayed batch finds
+    the same gap); `ranges` holds the newest LOSS_RANGES of them, [first, end), oldest first, adjacent ones
+    merged."""
 
     topic: str
     partition: int
@@ -108,7 +110,14 @@ class Loss:
     ranges: tuple[tuple[int, int], ...] = ()
 
     def add(self, first: int, end: int) -> Loss:
-        return Loss(self.topic, self.partition, self.lost + end - first, (*self.ranges, (first, end))[-LOSS_RANGES:])
+        if any(a <= first and end <= b for a, b in self.ranges):
+            return self
+        ranges = list(self.ranges)
+        if ranges and ranges[-1][1] == first:
+            first = ranges.pop()[0]
+            return Loss(self.topic, self.partition, self.lost + end - self.ranges[-1][1],
+                        (*ranges, (first, end))[-LOSS_RANGES:])
+        return Loss(self.topic, self.partition, self.lost + end - first, (*ranges, (first, end))[-LOSS_RANGES:])
 
     def key(self) -> bytes:
         return _partition_key(_LOSS, self.topic, self.partition)

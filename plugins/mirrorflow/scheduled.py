@@ -114,6 +114,8 @@ def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict
     log.info("%s", found.line())
     for behind in found.behind()[:20]:
         log.info("flow %s: %s-%d is %d records behind", flow.name, behind.topic, behind.partition, behind.records)
+    if action == "health" and found.lease_error:
+        raise OperationalError(f"flow {flow.name}: {found.lease_error}")
     if action == "health" and found.requested.state == lifecycle.RUNNING and not found.alive:
         raise OperationalError(f"flow {flow.name} should run but no stream holds its lease: "
                                f"see DAG {deployment.dag_id('stream', flow)}")

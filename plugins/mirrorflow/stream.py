@@ -181,6 +181,12 @@ class _Driver:
                                                           time.gmtime(syncs.reset.at_ms / 1000)))
             self.checkpoint.mkdir(parents=True, exist_ok=True)
             marker.write_text(str(syncs.reset.at_ms))
+        behind = sorted(tp for tp, end in _committed_ends(self.checkpoint).items()
+                        if 0 <= self.mirrored.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
+        if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
+            self._new_checkpoint()
+            log.warning("flow %s: the Spark checkpoint is past the offset syncs' positions of %d partition(s) (e.g. "
+                        "%s-%d): a new Spark checkpoint, at the positions", self.flow.name, len(behind), *behind[0])
         for tp, loss in self.losses.items():
             self.metrics.observe_loss(tp, loss.lost)
         records: list[_SyncRecord] = []
@@ -364,8 +370,14 @@ class _Driver:
                         self.flow.name, _first_line(error), pause)
             self.stop_requested.wait(pause)
             self.held_due = self.incarnations_due = 0.0  # the failure may be a topic gone on either side
-            if not self.stop_requested.is_set():
-                self._fence()
+            while not self.stop_requested.is_set():
+                try:
+                    self._fence()
+                    break
+                except OperationalError as exc:  # the target may still be down: wait, as for a failed start
+                    log.warning("%s; trying again in %.0f s", exc, pause)
+                    self.stop_requested.wait(pause)
+                    pause = min(pause * 2, 60.0)
             pause = min(pause * 2, 60.0) if self.metrics.batches == batches_before else 2.0
 
     def _watch(self, query: Any) -> str | None:
@@ -378,6 +390,7 @@ class _Driver:
                             "held again", self.flow.name)
                 self.metrics.set_state("paused", "lease lost")
                 self.lease.regain()
+                self._load_syncs()  # a reset may have moved the positions while the lease was not ours
                 return _LEASE_REGAINED
             if not query.isActive:
                 exc = query.exception()
@@ -490,7 +503,11 @@ class _Driver:
             admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
             self.ready.update(grown)
         self._recreated_check(ends, replicated)
-        self._refuse_loss(ends, replicated)
+        # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
+        # tasks' positions may already have moved past a gap the driver had not recorded yet).
+        begins = {**self.mirrored, **(self._batch_ends(batch_id - 1) if batch_id > 0 and self._has_batch(
+            batch_id - 1) else {})}
+        self._refuse_loss(ends, replicated, begins)
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends)
         # One task per core, each writing several source partitions in turn (coalesce concatenates
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
@@ -502,7 +519,7 @@ class _Driver:
             if r["topic"] in self.held:
                 self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
         rows = [r for r in rows if r["topic"] not in self.held]
-        lost = self._losses(ends, rows, replicated)
+        lost = self._losses(ends, rows, replicated, begins)
         for r in rows:
             tp = (r["topic"], r["partition"])
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
@@ -547,9 +564,14 @@ class _Driver:
             return
         remote = {t: self.flow.policy.remote_topic(self.flow.source, t) for t in looked}
         counts, _ = admin_sync.partition_counts(self.target_admin, self.target.alias)
+        if any(remote[t] not in counts for t in looked):  # a second look: one broker's stale metadata holds nothing
+            self.stop_requested.wait(2.0)
+            counts, _ = admin_sync.partition_counts(self.target_admin, self.target.alias)
         gone = {t: f"remote topic {remote[t]} deleted on {self.flow.target}" for t in looked if remote[t] not in counts}
-        present = [(remote[tp[0]], tp[1]) for tp in written
-                   if tp[0] in looked and tp[0] not in gone and tp[1] < counts[remote[tp[0]]]]
+        for (t, p) in sorted(written):
+            if t in looked and t not in gone and p >= counts[remote[t]]:
+                gone[t] = f"remote topic {remote[t]} re-created on {self.flow.target} with fewer partitions ({p} gone)"
+        present = [(remote[tp[0]], tp[1]) for tp in written if tp[0] in looked and tp[0] not in gone]
         ends = admin_sync.offsets(self.target_admin, self.target.alias, present,
                                   OffsetSpec.latest())  # type: ignore[no-untyped-call]
         for (t, p), d in sorted(written.items()):
@@ -579,18 +601,19 @@ class _Driver:
         if recreated:
             raise OperationalError(f"{_RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
 
-    def _refuse_loss(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int]) -> None:
+    def _refuse_loss(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int],
+                     begins: Mapping[tuple[str, int], int]) -> None:
         """Before anything is written: stop the flow if a topic of `mirrorflow.data-loss.fail.topics` lost records
         below where the batch resumes (only those topics' log starts are read, once per batch)."""
         watched = [tp for tp, end in ends.items() if tp[0] in replicated and self.flow.data_loss_fails.selects(tp[0])
-                   and self.mirrored.get(tp, -1) >= 0 and end > self.mirrored[tp]]
+                   and begins.get(tp, -1) >= 0 and end > begins[tp]]
         if not watched:
             return
         starts = admin_sync.offsets(self.source_admin, self.source.alias, watched,
                                     OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         for tp in sorted(watched):
-            if starts[tp] > self.mirrored[tp]:
-                self._fail_on_loss(tp, self.mirrored[tp], min(starts[tp], ends[tp]))
+            if starts[tp] > begins[tp]:
+                self._fail_on_loss(tp, begins[tp], min(starts[tp], ends[tp]))
 
     def _fail_on_loss(self, tp: tuple[str, int], position: int, end: int) -> None:
         line = _loss_line(self.flow, tp, position, end)
@@ -600,14 +623,14 @@ class _Driver:
                                "recorded)")
 
     def _losses(self, ends: Mapping[tuple[str, int], int], rows: list[dict[str, Any]],
-                replicated: Mapping[str, int]) -> list[Loss]:
+                replicated: Mapping[str, int], begins: Mapping[tuple[str, int], int]) -> list[Loss]:
         """The partitions whose batch skipped records the source deleted before the flow read them (Spark's source,
         told not to fail, moves on to the log start): their updated loss records. Called before the positions
         move; raises (fatal) when a loss hits a topic of `mirrorflow.data-loss.fail.topics`."""
         first_read = {(r["topic"], r["partition"]): r["first_offset"] for r in rows if r["first_offset"] is not None}
         gaps = {}
         for tp, end in ends.items():
-            position = self.mirrored.get(tp)
+            position = begins.get(tp)
             if tp[0] in replicated and position is not None and position >= 0:
                 resumed = first_read.get(tp, end)  # no record read: the batch ends where the partition resumes
                 if resumed > position:  # a gap: transaction markers, compaction or deleted records
@@ -623,9 +646,12 @@ class _Driver:
                 continue
             if self.flow.data_loss_fails.selects(tp[0]):  # deleted after _refuse_loss looked
                 self._fail_on_loss(tp, position, end)
+            known = self.losses.get(tp, Loss(tp[0], tp[1]))
+            loss = known.add(position, end)
+            if loss == known:
+                continue  # a replayed batch: already recorded
             log.warning("%s; mirroring goes on from %d (loss recorded in the offset syncs, status and metrics)",
                         _loss_line(self.flow, tp, position, end), end)
-            loss = self.losses.get(tp, Loss(tp[0], tp[1])).add(position, end)
             self.losses[tp] = loss
             self.metrics.observe_loss(tp, end - position)
             out.append(loss)
@@ -640,6 +666,9 @@ class _Driver:
             downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
             provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
             replay=self.first_batch_of_query)
+
+    def _has_batch(self, batch_id: int) -> bool:
+        return (self.checkpoint / "offsets" / str(batch_id)).exists()
 
     def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """The batch's end offsets, from the offset log Spark wrote before running it."""
@@ -674,6 +703,19 @@ class _Tombstone:
 def _flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[tuple[str, int], int]:
     return {(topic, int(p)): int(o) for topic, parts in offsets.items() if isinstance(parts, Mapping)
             for p, o in parts.items()}
+
+
+def _committed_ends(checkpoint: Path) -> dict[tuple[str, int], int]:
+    """The end offsets of the newest batch the Spark checkpoint (a local directory) committed; {} if none."""
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return {}
+    offsets = checkpoint / "offsets" / str(max(commits))
+    try:
+        lines = offsets.read_text().splitlines()
+        return _flatten(json.loads(lines[2])) if len(lines) >= 3 and lines[0].startswith("v") else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:

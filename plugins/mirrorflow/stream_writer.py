@@ -47,7 +47,8 @@ SUMMARY_SCHEMA = (
     "age_min long, age_max long, age_sum long, last_timestamp long"
 )
 FATAL = "mirrorflow-fatal: "
-_FENCED = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+# A transaction the coordinator aborted (it outlived transaction.timeout.ms) or whose records timed out.
+_RETRIABLE_IN_TRANSACTION = {KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT}
 _FLUSH_LOG_S = 30.0
 _METADATA_WAIT_S = 15.0  # remote topics are confirmed visible before the first write: this is a margin
 
@@ -256,6 +257,9 @@ class _PartitionWrite:
             return self.summary  # a topic the pattern matched but the flow does not replicate
         if not flushed:
             _flush(producer, spec, [self])
+        if self.failures and spec.exactly_once and all(f[0].code() in _RETRIABLE_IN_TRANSACTION for f in self.failures):
+            raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: the transaction failed on {spec.target} "
+                               f"({self.failures[0][0].str()}); Spark retries the task")
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
             err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
@@ -305,7 +309,12 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
         return
     # Transaction markers and aborted records after the last visible record are read too.
     summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
-    summary.downstream_next = pairs[-1][1] + 1 if pairs else spec.downstream_next.get(tp, -1)
+    previous = spec.downstream_next.get(tp, -1)
+    if pairs and pairs[0][1] < previous:
+        # Not fatal, and before any offset sync moves backwards: the restarted query's first batch holds the topic.
+        raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: copies landed at {pairs[0][1]}, below the flow's next "
+                           f"target offset {previous}: the remote topic was re-created or truncated")
+    summary.downstream_next = pairs[-1][1] + 1 if pairs else previous
     first = None
     if pairs:
         summary.first, summary.last = pairs[0], pairs[-1]
@@ -465,13 +474,16 @@ def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, A
 
     spec_ids = [transactional_id(source, target, tp) for tp in partitions]
     begun = time.monotonic()
-    with ThreadPoolExecutor(threads, thread_name_prefix="mirrorflow-fence") as pool:
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="mirrorflow-fence")
+    try:
         pending = {pool.submit(init, tid) for tid in spec_ids}
         while pending:
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
             for future in done:
                 future.result()  # the first failure, as it is
             keep_alive()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after a failure, the ids not yet begun are not tried
     log.info("flow %s: fenced %d transactional writers in %.1f s", flow, len(spec_ids), time.monotonic() - begun)
 
 
