@@ -122,6 +122,7 @@ class _Driver:
         self.prune_due = 0.0
         self.incarnations_due = 0.0
         self.held_due = 0.0
+        self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
         self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
         self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
@@ -505,8 +506,7 @@ class _Driver:
         self._recreated_check(ends, replicated)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
-        begins = {**self.mirrored, **(self._batch_ends(batch_id - 1) if batch_id > 0 and self._has_batch(
-            batch_id - 1) else {})}
+        begins = {**self.mirrored, **self._previous_ends(batch_id)}
         self._refuse_loss(ends, replicated, begins)
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends)
         # One task per core, each writing several source partitions in turn (coalesce concatenates
@@ -539,6 +539,7 @@ class _Driver:
             self.mirrored[tp] = end
         self._write_syncs(records)
         self.first_batch_of_query = False
+        self.previous_batch = (batch_id, ends)
         for r in rows:
             if r["refused"] and not self.metrics.refused((r["topic"], r["partition"])):
                 log.warning("flow %s: %s-%d: %d record(s) refused from offset %d on: a provenance header says they "
@@ -667,8 +668,14 @@ class _Driver:
             provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
             replay=self.first_batch_of_query)
 
-    def _has_batch(self, batch_id: int) -> bool:
-        return (self.checkpoint / "offsets" / str(batch_id)).exists()
+    def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
+        """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a
+        restarted query) read from the offset log; {} for a checkpoint's first batch."""
+        if self.previous_batch is not None and self.previous_batch[0] == batch_id - 1:
+            return self.previous_batch[1]
+        if batch_id > 0 and (self.checkpoint / "offsets" / str(batch_id - 1)).exists():
+            return self._batch_ends(batch_id - 1)
+        return {}
 
     def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """The batch's end offsets, from the offset log Spark wrote before running it."""
@@ -682,9 +689,10 @@ class _Driver:
                 lines.append(line)
         finally:
             reader.close()
-        if len(lines) < 3 or not lines[0].startswith("v"):
+        ends = _offset_log_ends(lines)
+        if ends is None:
             raise OperationalError(f"flow {self.flow.name}: unexpected offset log {path}")
-        return _flatten(json.loads(lines[2]))
+        return ends
 
 
 @dataclass(frozen=True)
@@ -710,12 +718,17 @@ def _committed_ends(checkpoint: Path) -> dict[tuple[str, int], int]:
     commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
     if not commits:
         return {}
-    offsets = checkpoint / "offsets" / str(max(commits))
     try:
-        lines = offsets.read_text().splitlines()
-        return _flatten(json.loads(lines[2])) if len(lines) >= 3 and lines[0].startswith("v") else {}
+        return _offset_log_ends((checkpoint / "offsets" / str(max(commits))).read_text().splitlines()) or {}
     except (OSError, ValueError):
         return {}
+
+
+def _offset_log_ends(lines: list[str]) -> dict[tuple[str, int], int] | None:
+    """The source's end offsets in a Spark offset-log file ("v1", the batch metadata, one line per source)."""
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        return None
+    return _flatten(json.loads(lines[2]))
 
 
 def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:
