@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -54,6 +55,16 @@ class StreamProcess:
         assert self.proc is not None
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(30)
+
+    def signal_all(self, sig: int) -> None:
+        """`sig` to every process of the stream's session: the driver, Spark's JVM and its Python workers (whose
+        daemon runs in a process group of its own)."""
+        from mirrorflow.local_airflow import session_processes
+
+        assert self.proc is not None
+        for pid in session_processes(self.proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
 
     def stop(self) -> int:
         """SIGTERM to the driver only (a graceful stop); the exit code."""

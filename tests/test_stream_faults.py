@@ -7,21 +7,35 @@ names never collide with another module's.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import PORTS
-from mirrorflow import config, offset_syncs, ranges
-from streams import QUIET, StreamProcess, config_text, create_topic, end_offsets, producer, read_partition, wait_for
+from mirrorflow import config, local, offset_syncs, ranges
+from streams import (
+    QUIET,
+    StreamProcess,
+    config_text,
+    create_topic,
+    end_offsets,
+    mirrored_offsets,
+    producer,
+    read_partition,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
+STUCK_METRICS_PORT = 25465
+BETA_2 = 25196  # a second broker of beta, for one test
 REPARTITION = "loss.app-KSTREAM-REPARTITION-0000000003-repartition"
 
 
@@ -259,3 +273,138 @@ def test_a_remote_topic_deleted_on_the_target_is_held_not_re_created_and_a_reset
         assert stream.stop() == 0
     finally:
         stream.stop()
+
+
+def _positions(topic: str, tp: tuple[str, int]) -> list[int]:
+    """Every position the offset syncs topic holds for `tp`, in the order written (compaction has not run: the
+    topic's active segment rolls after 10 minutes)."""
+    out: list[int] = []
+    try:
+        records = read_partition(BETA, topic, 0)
+    except KafkaException:  # not created yet
+        return out
+    for m in records:
+        key_tp, record = offset_syncs.decode(m.key(), m.value())
+        if key_tp == tp and isinstance(record, offset_syncs.Position):
+            out.append(record.upstream_next)
+    return out
+
+
+def _fast_produce(topic: str, n: int, tag: str) -> None:
+    p = producer(ALPHA, **{"batch.size": 1_000_000, "linger.ms": 20})
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, f"{tag}-{i}".encode(), partition=0)
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0
+
+
+def _replays(offsets: list[int]) -> list[int]:
+    """Where the copies' source offsets go back: where some writer started over."""
+    return [i for i in range(1, len(offsets)) if offsets[i] <= offsets[i - 1]]
+
+
+@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+def test_a_frozen_instance_writes_nothing_after_another_takes_its_lease_over(
+        stream_clusters: config.MirrorConfig, tmp_path: Path, exactly_once: bool) -> None:
+    source, target = ("icy", "thaw") if not exactly_once else ("icx", "thax")
+    flow = f"{source}->{target}"
+    topic = "frozen.e" if exactly_once else "frozen.a"
+    extra = f"topics = {topic}\n" + (f"{target}.exactly.once.source.support = enabled\n" if exactly_once else "")
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text((source, target), (PORTS["alpha"], PORTS["beta"]), [flow], extra))
+    remote, syncs = f"{source}.{topic}", offset_syncs.topic_name(source)
+    create_topic(ALPHA, topic, 1)
+    _produce(topic, 1, 100, "before")
+    first, second = StreamProcess(cfg, flow, tmp_path / "first"), StreamProcess(cfg, flow, tmp_path / "second")
+    first.start()
+    try:
+        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [100], 240, "the first records", first)
+        _fast_produce(topic, 300_000, "backlog")  # micro-batches of 100,000: the first is mid-batch when frozen
+        wait_for(lambda: end_offsets(BETA, remote)[0] > 20_000, 120, "the backlog under way", first)
+        first.signal_all(signal.SIGSTOP)
+        try:
+            frozen_at = end_offsets(BETA, remote)[0]
+            second.start()  # its lease waits out the frozen instance's session, then its writes (W3)
+            wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [300_100], 300, "the second instance's copies",
+                     second)
+            assert end_offsets(BETA, remote)[0] > frozen_at
+            assert "did not stop cleanly: waiting" in second.output()
+        finally:
+            first.signal_all(signal.SIGCONT)
+        wait_for(lambda: not first.alive(), 120, "the resumed instance to stop")
+        assert first.proc is not None and first.proc.returncode == 1, first.output()[-3000:]
+        assert "another instance" in first.output(), first.output()[-3000:]
+        _produce(topic, 1, 20, "after")
+        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [300_120], 120, "records after the resumed one stopped",
+                 second)
+        assert second.alive() and "fenced: another writer" not in second.output(), second.output()[-3000:]
+        # One start-over at most (where the second instance replayed the first's unfinished batch), then every
+        # record in order to the end: nothing the frozen instance had under way landed after the takeover.
+        offsets = mirrored_offsets(BETA, remote, 1, committed=exactly_once)[0]
+        replays = _replays(offsets)
+        assert len(replays) <= 1, [(i, offsets[i - 1], offsets[i]) for i in replays]
+        assert set(offsets) == set(range(300_120))
+        positions = _positions(syncs, (topic, 0))
+        assert positions == sorted(positions) and positions[-1] == 300_120, positions[-20:]
+        assert second.stop() == 0
+    finally:
+        for stream in (first, second):
+            if stream.alive():
+                stream.signal_all(signal.SIGCONT)
+            if stream.proc is not None:
+                stream.stop()
+
+
+def test_a_partition_the_target_does_not_take_is_paused_and_named_while_the_rest_flow(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    # A second broker joins beta; the remote topic of jam.stuck lives on it alone, jam.flowing's on the first.
+    two = tmp_path / "beta-two-brokers.properties"
+    two.write_text(f"clusters = beta\nbeta.bootstrap.servers = {BETA},127.0.0.1:{BETA_2}\n")
+    beta_two = config.load(two)
+    local.up(beta_two, ["beta"])
+    [second_broker] = [b for b in local.local_brokers(beta_two, ["beta"]) if b.node_id == 2]
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("jam", "road"), (PORTS["alpha"], PORTS["beta"]), ["jam->road"], "topics = jam\\..*\n"))
+    stream = StreamProcess(cfg, "jam->road", tmp_path / "stream")
+    try:
+        target = AdminClient({"bootstrap.servers": BETA, **QUIET})
+        for topic, broker in (("jam.jam.stuck", 2), ("jam.jam.flowing", 1)):
+            target.create_topics([NewTopic(topic, 1, replica_assignment=[[broker]])])[topic].result(30)
+        create_topic(ALPHA, "jam.stuck", 1)
+        create_topic(ALPHA, "jam.flowing", 1)
+        _produce("jam.stuck", 1, 50, "s")
+        _produce("jam.flowing", 1, 50, "f")
+        stream.start("--metrics-port", str(STUCK_METRICS_PORT))
+        wait_for(lambda: end_offsets(BETA, "jam.jam.stuck") == [50] and end_offsets(BETA, "jam.jam.flowing") == [50],
+                 240, "the first records", stream)
+        local.stop(second_broker)  # the only replica of jam.jam.stuck's partition: it has no leader
+        _produce("jam.stuck", 1, 30, "s2")
+        _produce("jam.flowing", 1, 30, "f2")
+        wait_for(lambda: "jam.stuck-0 STUCK" in stream.output(), 120, "the stuck partition named", stream)
+        assert "no leader" in stream.output(), stream.output()[-3000:]
+        _produce("jam.flowing", 1, 30, "f3")
+        wait_for(lambda: end_offsets(BETA, "jam.jam.flowing") == [110], 20, "the other topic, while one is stuck",
+                 stream)
+        with urllib.request.urlopen(f"http://127.0.0.1:{STUCK_METRICS_PORT}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        assert 'mirrorflow_stuck{flow="jam->road",source="jam",target="road",topic="jam.stuck",partition="0"} 1' in text
+        wait_for(lambda: bool(_cli(cfg, "status", "--flow", "jam->road")[0].get("stuck-partitions")), 30,
+                 "the status file", stream)
+        [stuck] = _cli(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
+        assert (stuck["topic"], stuck["partition"]) == ("jam.stuck", 0) and "no leader" in stuck["why"], stuck
+        local.up(beta_two, ["beta"])
+        wait_for(lambda: end_offsets(BETA, "jam.jam.stuck") == [80], 240, "the paused partition, resumed", stream)
+        assert [m.value() for m in read_partition(BETA, "jam.jam.stuck", 0)] == (
+            [f"s-0-{i}".encode() for i in range(50)] + [f"s2-0-{i}".encode() for i in range(30)])
+        wait_for(lambda: "jam.stuck-0: the target takes its records again; resumed" in stream.output(), 30,
+                 "the resumption named", stream)
+        assert stream.stop() == 0
+        assert not _cli(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
+    finally:
+        if stream.proc is not None:
+            stream.stop()
+        local.stop(second_broker)

@@ -74,19 +74,26 @@ def partition_counts(admin: AdminClient, cluster: str) -> tuple[dict[str, int], 
 
 
 def offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]], spec: Any,
-            isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED) -> dict[tuple[str, int], int]:
-    """Each partition's offset for `spec` (earliest, latest, or the first at or after a timestamp)."""
+            isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED, *,
+            available_within: float | None = None) -> dict[tuple[str, int], int]:
+    """Each partition's offset for `spec` (earliest, latest, or the first at or after a timestamp).
+
+    `available_within`: only the partitions that answer within that many seconds (a partition without a leader
+    is left out, not an error)."""
     if not partitions:
         return {}
+    timeout = available_within or TIMEOUT_S
     futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions}, isolation_level=isolation,
-                                 request_timeout=TIMEOUT_S)
+                                 request_timeout=timeout)
     out = {}
     for tp, future in futures.items():
         try:
-            out[(tp.topic, tp.partition)] = future.result(timeout=TIMEOUT_S).offset
-        except KafkaException as exc:
-            raise OperationalError(f"cannot read the offsets of {tp.topic}-{tp.partition} on {alias}: "
-                                   f"{exc.args[0].str()}") from None
+            out[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
+        except (KafkaException, TimeoutError) as exc:
+            if available_within is not None:
+                continue
+            why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
+            raise OperationalError(f"cannot read the offsets of {tp.topic}-{tp.partition} on {alias}: {why}") from None
     return out
 
 
@@ -208,9 +215,9 @@ COMPACTED = {"cleanup.policy": "compact", "segment.ms": "600000", "segment.bytes
 
 
 def ensure_internal_topic(admin: AdminClient, cluster: str, topic: str, wanted_rf: int,
-                          configs: Mapping[str, str]) -> None:
+                          configs: Mapping[str, str]) -> bool:
     """Create a one-partition internal topic (offset syncs, heartbeats, checkpoints) unless it exists; an existing
-    one gets `configs` where its own differ (an older mirrorflow created it with fewer settings)."""
+    one gets `configs` where its own differ (an older mirrorflow created it with fewer settings). True if created."""
     counts, brokers = partition_counts(admin, cluster)
     if topic in counts:
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
@@ -220,11 +227,12 @@ def ensure_internal_topic(admin: AdminClient, cluster: str, topic: str, wanted_r
         if changes:
             apply(cluster, admin, changes)
             log.info("%s %s: set %s", cluster, topic, ", ".join(f"{c.key}={c.new}" for c in changes))
-        return
+        return False
     rf = replication_factor(wanted_rf, brokers, f"{cluster} {topic}")
     wait(admin.create_topics([NewTopic(topic, 1, rf, config=dict(configs))]),
          f"cannot create internal topic on {cluster}:", tolerate=(KafkaError.TOPIC_ALREADY_EXISTS,))
     confirm(cluster, admin, [CreateTopic(topic, 1, rf, dict(configs))])
+    return True
 
 
 def _name(resource: Any) -> str:

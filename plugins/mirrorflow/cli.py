@@ -408,6 +408,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                             if p.get("refused-count") else "")
                          + (f", {p['lost-count']} LOST (deleted on the source before mirrored)"
                             if p.get("lost-count") else "")
+                         + (f", STUCK (paused, {p.get('paused-records', 0)} records to mirror when the target takes "
+                            f"them): {p.get('stuck-why')}" if p.get("stuck") else "")
                          for p in snap["partitions"])
         if checkpoints is not None:
             snap["checkpoints"] = checkpoints

@@ -5,21 +5,50 @@ offset-syncs topic: only one member can be assigned that partition, so a second 
 taken and stops with a clear error, and an instance that loses the partition (its session expired)
 stops writing. Exactly-once mode adds Kafka's own fencing of transactional producers underneath.
 A crashed instance's membership expires after the session timeout, so a restart waits at most that.
+
+Fencing: at most one instance writes a flow's target at a time, enforced where the writes happen.
+  W1  Every write to the target (records, offset syncs, anchors) is handed to a producer only while the
+      writer's lease confirmation is younger than CONFIRMED_FOR_S: a confirmation is a describe of the
+      group in which the writer's own member holds the partition (`LeaseGuard.confirm`). A task and the
+      driver confirm before producing, before offset syncs, and at least every CONFIRMED_FOR_S meanwhile.
+  W2  Every producer of the flow bounds delivery: a record not sent within DELIVERY_TIMEOUT_MS of being
+      handed over fails instead (librdkafka expires it, before sending, on its first scan after a pause).
+  W3  An instance that takes the lease over from one that did not stop cleanly waits TAKEOVER_WAIT_S
+      > CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS before it reads the flow's state or writes anything. A clean
+      stop (no batch running, every write acknowledged) leaves a release record in the offset syncs.
+  => The old holder's last confirmation precedes its removal from the group, which precedes the takeover;
+     by W1 and W2 its last write was sent within CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS of that confirmation;
+     by W3 the new holder reads the state and writes only after that. So the new holder sees every position
+     the old one wrote, no position moves backwards, and no record of the old one lands after the new
+     one's first. This holds for a frozen process too (SIGSTOP, a long GC or swap pause): on resuming, its
+     queued records have expired (W2) and its next confirmation fails (W1).
+  Exactly-once adds the broker's producer epochs: the new holder initialises every transactional id of
+  the flow before writing, so the old holder's open transactions abort and its commits fail; by W1 a
+  writer that lost the lease never initialises an id again, so the rightful owner is never fenced.
+  Residual: a process frozen in the microseconds between a confirmation and the hand-over of a record,
+  or inside librdkafka between building and sending a request, can still send once after resuming (at
+  least once: a duplicate; exactly-once: fenced by the epochs). A TCP segment a kernel keeps
+  retransmitting through a network partition is bounded by the connection's retransmission timeout, not
+  by W2.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from mirrorflow.errors import OperationalError
 
 log = logging.getLogger(__name__)
 SESSION_TIMEOUT_MS = 6000  # the broker's default group.min.session.timeout.ms
+CONFIRMED_FOR_S = 1.0  # W1: how long a confirmation of the lease lets a writer hand records over
+DELIVERY_TIMEOUT_MS = 20_000  # W2: message.timeout.ms of every producer writing the flow's target
+TAKEOVER_WAIT_S = CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS / 1000 + 4.0  # W3, with a margin for clocks and I/O
 
 
 class FlowLease:
@@ -37,7 +66,9 @@ class FlowLease:
         self._wait_for_departed_members(wait_s)
         consumer = Consumer({**self._consumer_settings, "group.id": self.group, "enable.auto.commit": False,
                              "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
-                             "partition.assignment.strategy": "range"})
+                             # Sticky and incremental: a member that joins (an instance that lost its session and
+                             # rejoins on resuming) never takes the partition from the member holding it.
+                             "partition.assignment.strategy": "cooperative-sticky"})
         self._consumer = consumer
         consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked,
                            on_lost=self._revoked)
@@ -49,6 +80,23 @@ class FlowLease:
             raise OperationalError(f"flow {self.flow} is already running elsewhere (consumer group "
                                    f"{self.group} holds its lease); stop that instance first")
         log.info("flow %s: lease held (group %s)", self.flow, self.group)
+
+    @property
+    def member_id(self) -> str | None:
+        """This instance's member id in the lease group; a new one after the lease is regained."""
+        return self._consumer.memberid() if self._consumer is not None else None
+
+    def wait_out_previous_writer(self, clean: bool) -> None:
+        """W3: unless the previous holder stopped cleanly, wait until every write it had under way has landed
+        or expired, serving the lease meanwhile."""
+        if clean:
+            return
+        log.info("flow %s: the previous instance did not stop cleanly: waiting %.0f s until any write it had under "
+                 "way has landed or expired", self.flow, TAKEOVER_WAIT_S)
+        deadline = time.monotonic() + TAKEOVER_WAIT_S
+        while time.monotonic() < deadline:
+            self.keep()
+            time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
 
     def keep(self) -> bool:
         """Serve the group protocol; False once the lease is lost (until `regain`)."""
@@ -94,8 +142,9 @@ class FlowLease:
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions:
-            self.held = True
+            consumer.incremental_assign(partitions)
             consumer.pause(partitions)  # the partition is a token: nothing is read through this consumer
+            self.held = True
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.held and partitions:
@@ -120,6 +169,73 @@ class FlowLease:
         return members(admin, self.flow)
 
 
+class LeaseSuperseded(OperationalError):
+    """Another instance holds the flow's lease: this writer must not hand over another record."""
+
+
+class LeaseGuard:
+    """W1, on the executors and the driver: confirms, at most once per CONFIRMED_FOR_S, that `member_id` still
+    holds the flow's lease. Bounded: one admin client and one confirmation time per flow in the process."""
+
+    _admins: ClassVar[dict[str, AdminClient]] = {}
+    _confirmed: ClassVar[dict[tuple[str, str], float]] = {}  # (flow, member id) -> monotonic time last confirmed
+
+    @classmethod
+    def confirm(cls, flow: str, member_id: str, admin_settings: dict[str, Any],
+                wait_s: float = 2 * SESSION_TIMEOUT_MS / 1000) -> None:
+        """Return once the lease is confirmed (at once if it was within CONFIRMED_FOR_S); raise LeaseSuperseded
+        if another member holds it, OperationalError if the group cannot tell within `wait_s` (a rebalance,
+        an unreachable coordinator): the caller writes nothing meanwhile."""
+        key = (flow, member_id)
+        if time.monotonic() - cls._confirmed.get(key, float("-inf")) < CONFIRMED_FOR_S:
+            return
+        admin = cls._admins.get(flow)
+        if admin is None:
+            if len(cls._admins) >= 64:
+                cls._admins.clear()
+            admin = cls._admins[flow] = AdminClient(admin_settings)
+        deadline = time.monotonic() + wait_s
+        while True:
+            asked = time.monotonic()  # a confirmation counts from before the question, never from the answer
+            try:
+                described = describe(admin, flow, timeout_s=max(deadline - asked, 1.0))
+                found = verdict(described.stable, [(m.member_id, bool(m.assignment.topic_partitions))
+                                                   for m in described.members], member_id)
+            except OperationalError:
+                found = "unknown"
+            if found == "held":
+                if len(cls._confirmed) >= 1024:
+                    cls._confirmed.clear()
+                cls._confirmed[key] = asked
+                return
+            if found == "superseded":
+                cls._confirmed.pop(key, None)
+                raise LeaseSuperseded(f"flow {flow}: another instance holds the lease (consumer group "
+                                      f"{group_of(flow)}): this writer stopped before writing more")
+            if time.monotonic() >= deadline:
+                raise OperationalError(f"flow {flow}: cannot confirm this instance still holds the lease (consumer "
+                                       f"group {group_of(flow)}): nothing written until it can")
+            time.sleep(0.2)
+
+
+def verdict(stable: bool, members: list[tuple[str, bool]], member_id: str) -> str:
+    """What a description of the lease group says of `member_id`: "held" (it is assigned the partition in a
+    stable group), "superseded" (another member is assigned it), or "unknown" (a rebalance under way, or no
+    member assigned: wait). `members`: (member id, assigned anything)."""
+    holders = [m for m, assigned in members if assigned]
+    if any(m != member_id for m in holders):
+        return "superseded"
+    if stable and holders == [member_id]:
+        return "held"
+    return "unknown"
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    stable: bool
+    members: list[Any]
+
+
 def group_of(flow: str) -> str:
     return f"mirrorflow:{flow}"
 
@@ -128,13 +244,18 @@ def members(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> list[Any]
     """The members of the flow's lease group (none while no instance runs: a group that never existed is
     described as empty). A group that cannot be described (a coordinator moving or loading, a target that does
     not answer) is asked again until `timeout_s`, then an OperationalError: never read as "nobody holds it"."""
+    return describe(admin, flow, timeout_s).members
+
+
+def describe(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> GroupDescription:
+    """The flow's lease group as its coordinator describes it; asked again until `timeout_s` (see `members`)."""
     group = group_of(flow)
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             future = admin.describe_consumer_groups([group])[group]
             description = future.result(timeout=max(deadline - time.monotonic(), 1.0))
-            return list(description.members)
+            return GroupDescription(description.state == ConsumerGroupState.STABLE, list(description.members))
         except (KafkaException, TimeoutError) as exc:
             why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
             if time.monotonic() >= deadline:

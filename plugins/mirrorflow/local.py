@@ -1,7 +1,9 @@
-"""Real local Kafka clusters: one KRaft broker (broker+controller) per alias bootstrapped on localhost.
+"""Real local Kafka clusters: KRaft brokers for every alias bootstrapped on localhost.
 
-The broker listens on the port of the alias's bootstrap address and its controller on that port + 1.
-Everything a broker owns lives under `{home}/local/{alias}/`: its config, data, log and pid file.
+One broker per bootstrap address, in order: the first (node 1) is broker and controller, its controller
+listening on its port + 1; every further address is a broker-only node (node 2, 3, ...) of the same
+cluster. Everything node 1 owns lives under `{home}/local/{alias}/` (its config, data, log and pid file),
+node N's under `{home}/local/{alias}/node-N/`.
 
 Invariants:
   A. `up` is idempotent: an alias whose broker runs (pid alive, started from our config) is left alone;
@@ -9,7 +11,9 @@ Invariants:
   C. a stopped cluster keeps its data: `up` again resumes it (`down --purge` forgets it);
   D. a secure cluster accepts only SASL clients and authorizes with KRaft's StandardAuthorizer; the
      super user's password is the one the config gives that alias, else a generated one kept in a
-     0600 file beside the broker, and never printed.
+     0600 file beside the broker, and never printed (secure clusters have one broker);
+  E. every node of a cluster is formatted with node 1's cluster id; `down` of an alias stops every node
+     found in its folder, also those a config that names fewer addresses left running.
 """
 
 from __future__ import annotations
@@ -56,10 +60,17 @@ class LocalBroker:
     port: int
     secure: bool
     folder: Path
+    node_id: int = 1
+    controller: tuple[str, int] | None = None  # node 1's (host, controller port), for nodes 2, 3, ...
 
     @property
     def controller_port(self) -> int:
         return self.port + 1
+
+    @property
+    def quorum(self) -> str:
+        host, port = self.controller or (self.host, self.controller_port)
+        return f"1@{host}:{port}"
 
     @property
     def pid_file(self) -> Path:
@@ -101,28 +112,34 @@ def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: 
     for alias, cluster in config.clusters.items():
         if wanted and alias not in wanted:
             continue
-        address = _local_address(cluster)
-        if address is None:
+        addresses = _local_addresses(cluster)
+        if not addresses:
             if wanted:
                 raise LocalClusterError(f"cluster {alias!r}: bootstrap.servers "
                                         f"{cluster.bootstrap_servers!r} is not on localhost")
             continue
-        host, port = address
         protocol = cluster.client_config("admin").get("security.protocol", "PLAINTEXT").upper()
-        out.append(LocalBroker(alias, host, port, secure or protocol.startswith("SASL"),
-                               home() / "local" / alias))
+        is_secure = secure or protocol.startswith("SASL")
+        if is_secure and len(addresses) > 1:
+            raise LocalClusterError(f"cluster {alias!r}: a secure local cluster has one broker; give "
+                                    "bootstrap.servers one address")
+        (host, port), folder = addresses[0], home() / "local" / alias
+        out.append(LocalBroker(alias, host, port, is_secure, folder))
+        out.extend(LocalBroker(alias, h, p, False, folder / f"node-{n}", n, (host, port + 1))
+                   for n, (h, p) in enumerate(addresses[1:], start=2))
     return out
 
 
-def _local_address(cluster: Cluster) -> tuple[str, int] | None:
+def _local_addresses(cluster: Cluster) -> list[tuple[str, int]]:
+    """Every bootstrap address, when all are on localhost; none otherwise."""
     addresses = [a.strip() for a in cluster.bootstrap_servers.split(",") if a.strip()]
     parsed = []
     for a in addresses:
         host, _, port = a.rpartition(":")
         if host not in LOCAL_HOSTS or not port.isdigit():
-            return None
+            return []
         parsed.append((host.strip("[]"), int(port)))
-    return parsed[0] if parsed else None
+    return parsed
 
 
 def up(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False) -> list[BrokerStatus]:
@@ -153,16 +170,26 @@ def up(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = Fals
 
 
 def down(config: MirrorConfig, aliases: Iterable[str] = (), *, purge: bool = False) -> list[BrokerStatus]:
-    """Stop the brokers this launcher started (SIGTERM, then SIGKILL after 30 s)."""
+    """Stop the brokers this launcher started (SIGTERM, then SIGKILL after 30 s), broker-only nodes first."""
     brokers = local_brokers(config, aliases)
-    for b in brokers:
-        pid = _running_pid(b)
-        if pid is not None:
-            _terminate(pid)
-        b.pid_file.unlink(missing_ok=True)
-        if purge:
+    named = {b.folder for b in brokers}
+    extra = [LocalBroker(b.alias, b.host, 0, False, folder, int(folder.name.split("-")[1]))
+             for b in brokers if b.node_id == 1
+             for folder in sorted(b.folder.glob("node-[0-9]*")) if folder not in named]
+    for b in sorted([*brokers, *extra], key=lambda b: -b.node_id):
+        stop(b)
+    if purge:
+        for b in brokers:
             shutil.rmtree(b.folder, ignore_errors=True)
     return [_status(b) for b in brokers]
+
+
+def stop(broker: LocalBroker) -> None:
+    """Stop one broker of a cluster (a broker failure, for a test or a drill); `up` starts it again."""
+    pid = _running_pid(broker)
+    if pid is not None:
+        _terminate(pid)
+    broker.pid_file.unlink(missing_ok=True)
 
 
 def status(config: MirrorConfig, aliases: Iterable[str] = ()) -> list[BrokerStatus]:
@@ -197,7 +224,7 @@ def _port_open(host: str, port: int) -> bool:
 
 
 def _check_ports_free(b: LocalBroker) -> None:
-    for port, role in ((b.port, "broker"), (b.controller_port, "controller")):
+    for port, role in ((b.port, "broker"), (b.controller_port, "controller"))[:2 if b.node_id == 1 else 1]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             # As the JVM does: TIME_WAIT leftovers of earlier clients do not make a port busy.
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -243,8 +270,8 @@ def _jaas_value(text: str) -> str:
 def _server_properties(b: LocalBroker, creds: tuple[str, str] | None) -> str:
     data = b.folder / "data"
     lines = [
-        "process.roles=broker,controller", "node.id=1",
-        f"controller.quorum.voters=1@{b.host}:{b.controller_port}",
+        f"process.roles={'broker,controller' if b.node_id == 1 else 'broker'}", f"node.id={b.node_id}",
+        f"controller.quorum.voters={b.quorum}",
         "controller.listener.names=CONTROLLER",
         f"log.dirs={data}", "num.partitions=1", "auto.create.topics.enable=false",
         "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=10",
@@ -257,8 +284,9 @@ def _server_properties(b: LocalBroker, creds: tuple[str, str] | None) -> str:
         "message.max.bytes=10485760", "replica.fetch.max.bytes=10485760",
     ]
     if creds is None:
+        controller = f",CONTROLLER://{b.host}:{b.controller_port}" if b.node_id == 1 else ""
         lines += [
-            f"listeners=PLAINTEXT://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller_port}",
+            f"listeners=PLAINTEXT://{b.host}:{b.port}{controller}",
             f"advertised.listeners=PLAINTEXT://{b.host}:{b.port}",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         ]
@@ -320,7 +348,7 @@ def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
     if (b.folder / "data" / "meta.properties").exists():
         return
     cmd = ["java", "-Xmx256m", "-cp", maven.classpath(jars), "kafka.tools.StorageTool", "format",
-           "-t", _cluster_id(), "-c", str(b.config_file)]
+           "-t", _cluster_id() if b.node_id == 1 else _formatted_cluster_id(b.folder.parent), "-c", str(b.config_file)]
     if creds is not None:
         for mech in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             cmd += ["--add-scram", f"{mech}=[name={creds[0]},password={creds[1]}]"]
@@ -329,6 +357,15 @@ def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
         tail = " | ".join(proc.stdout.strip().splitlines()[-2:] + proc.stderr.strip().splitlines()[-2:])
         raise LocalClusterError(f"cluster {b.alias!r}: formatting the storage failed: {tail}")
     (b.folder / "state.json").write_text(json.dumps({"secure": b.secure, "port": b.port}))
+
+
+def _formatted_cluster_id(node_1: Path) -> str:
+    """The cluster id node 1 was formatted with: every further node joins that cluster."""
+    meta = node_1 / "data" / "meta.properties"
+    for line in meta.read_text().splitlines() if meta.exists() else ():
+        if line.startswith("cluster.id="):
+            return line.split("=", 1)[1].strip()
+    raise LocalClusterError(f"{node_1}: node 1 is not formatted yet; start the cluster's first address first")
 
 
 def _cluster_id() -> str:

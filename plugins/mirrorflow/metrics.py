@@ -86,6 +86,8 @@ class PartitionMetrics:
     skipped: int = 0
     refused: int = 0
     lost: int = 0  # source records deleted before the flow read them
+    stuck: str | None = None  # why the target does not take the partition's records (paused until it does)
+    paused_records: int = 0  # records read while paused: mirrored when the partition resumes
     mirrored_next: int = -1
     source_end: int = -1
     last_timestamp: int = -1
@@ -161,6 +163,13 @@ class FlowMetrics:
         with self._lock:
             self.held[topic] = (why, self.held.get(topic, (why, 0))[1] + records)
 
+    def observe_stuck(self, tp: tuple[str, int], why: str | None, paused_records: int) -> None:
+        """A partition the target did not take in time (`why`), records passed over while paused; None: resumed."""
+        with self._lock:
+            m = self.partitions.setdefault(tp, PartitionMetrics())
+            m.stuck = why
+            m.paused_records = m.paused_records + paused_records if why is not None else 0
+
     def observe_loss(self, tp: tuple[str, int], records: int) -> None:
         with self._lock:
             self.partitions.setdefault(tp, PartitionMetrics()).lost += records
@@ -201,7 +210,10 @@ class FlowMetrics:
                     "replication-lag-seconds": round(m.lag_seconds(now), 3),
                     "mirrored-offset": m.mirrored_next, "source-end-offset": m.source_end,
                     "skipped-count": m.skipped, "refused-count": m.refused, "lost-count": m.lost,
+                    "stuck": 1 if m.stuck is not None else 0,
                 })
+                if m.stuck is not None:
+                    parts[-1].update({"stuck-why": m.stuck, "paused-records": m.paused_records})
             latency = Distribution()
             for m in self.partitions.values():
                 latency.merge(m.latency.count, m.latency.total, m.latency.minimum, m.latency.maximum,
@@ -216,6 +228,8 @@ class FlowMetrics:
                 "refused-count": sum(p["refused-count"] for p in parts),
                 "lost-count": sum(p["lost-count"] for p in parts),
                 "held-topics": [{"topic": t, "why": why, "records": n} for t, (why, n) in sorted(self.held.items())],
+                "stuck-partitions": [{"topic": p["topic"], "partition": p["partition"], "why": p["stuck-why"],
+                                      "records": p["paused-records"]} for p in parts if p["stuck"]],
                 "record-rate": round(sum(p["record-rate"] for p in parts), 1),
                 "byte-rate": round(sum(p["byte-rate"] for p in parts), 1),
                 "replication-lag-records": sum(p["replication-lag-records"] for p in parts),
@@ -234,7 +248,9 @@ def progress_line(s: Mapping[str, Any]) -> str:
             f"p99 {s['replication-latency-ms-p99']} ms, {len(s['partitions'])} partitions, "
             f"{s['batches']} batches" + (f", {s['refused-count']} refused" if s.get("refused-count") else "")
             + (f", {s['lost-count']} LOST on the source before mirrored" if s.get("lost-count") else "")
-            + "".join(f"; {h['topic']} HELD: {h['why']}" for h in s.get("held-topics", ())))
+            + "".join(f"; {h['topic']} HELD: {h['why']}" for h in s.get("held-topics", ()))
+            + "".join(f"; {x['topic']}-{x['partition']} STUCK (paused): {x['why']}"
+                      for x in s.get("stuck-partitions", ())))
 
 
 _PER_PARTITION = (
@@ -243,7 +259,7 @@ _PER_PARTITION = (
     ("replication-latency-ms-min", "gauge"), ("replication-latency-ms-avg", "gauge"),
     ("replication-latency-ms-max", "gauge"), ("replication-latency-ms-p99", "gauge"),
     ("replication-lag-records", "gauge"), ("replication-lag-seconds", "gauge"), ("refused-count", "counter"),
-    ("lost-count", "counter"),
+    ("lost-count", "counter"), ("stuck", "gauge"),
 )
 
 

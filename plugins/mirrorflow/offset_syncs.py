@@ -28,6 +28,9 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
   reset key       {kind: int16 = 5, topic: string = "", partition: int32 = 0}
   reset value     {version: int16 = 0, at_ms: int64}: `mirrorflow reset` moved positions; a stream whose Spark
                   checkpoint predates it starts a new one at the positions.
+  release key     {kind: int16 = 6, topic: string = "", partition: int32 = 0}
+  release value   {version: int16 = 0, at_ms: int64}: the last holder of the flow's lease stopped cleanly (every
+                  write acknowledged); tombstoned by the next holder when it starts (flow_lease, W3).
   run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
                   consecutive offsets, never bounded); read once, turned into anchors and tombstoned.
 """
@@ -42,7 +45,7 @@ from typing import Any
 from mirrorflow import wire
 from mirrorflow.anchors import Anchor
 
-_RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION, _RESET = 0, 1, 2, 3, 4, 5
+_RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION, _RESET, _RELEASE = 0, 1, 2, 3, 4, 5, 6
 LOSS_RANGES = 8
 _BARRIER, _ORIGIN, _REPLAY = 1, 2, 1
 TopicPartition = tuple[str, int]
@@ -155,6 +158,19 @@ class Reset:
 
 
 @dataclass(frozen=True)
+class Release:
+    """The flow's lease was given up cleanly at `at_ms` (None: the tombstone its next holder writes)."""
+
+    at_ms: int | None
+
+    def key(self) -> bytes:
+        return _partition_key(_RELEASE, "", 0)
+
+    def value(self) -> bytes | None:
+        return None if self.at_ms is None else struct.pack(">hq", 0, self.at_ms)
+
+
+@dataclass(frozen=True)
 class OffsetRun:
     """The record of mirrorflow versions before anchors: upstream u..u+n-1 landed at d..d+n-1."""
 
@@ -173,7 +189,7 @@ class OffsetRun:
 
 def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
                                                      AnchorRecord | Position | OffsetRun | Loss | Incarnation
-                                                     | Reset | None]:
+                                                     | Reset | Release | None]:
     """The partition an offset-syncs entry is about, and what it holds (None: a tombstone of a position or run)."""
     (kind,) = struct.unpack_from(">h", key, 0)
     topic, at = wire.read_string(key, 2)
@@ -186,6 +202,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
         _, upstream, downstream, flags = struct.unpack(">hqqh", value)
         anchor = Anchor(upstream, downstream, barrier=bool(flags & _BARRIER), origin=bool(flags & _ORIGIN))
         return (topic, partition), AnchorRecord(topic, partition, slot, anchor)
+    if kind == _RELEASE:
+        return (topic, partition), Release(None if value is None else struct.unpack_from(">q", value, 2)[0])
     if value is None:
         return (topic, partition), None
     if kind == _POSITION:
@@ -230,8 +248,8 @@ def anchors_of_runs(runs: Iterable[OffsetRun]) -> list[Anchor]:
 class SyncsState:
     """A flow's offset syncs as the topic says now: positions, anchors by slot, losses, and not yet migrated runs.
 
-    Bounded by the topic's live content: one reset record, one incarnation per topic, at most one position,
-    one loss and `limit` anchors per partition (runs only until the stream migrates them). Kept up to date
+    Bounded by the topic's live content: one reset and one release record, one incarnation per topic, at most one
+    position, one loss and `limit` anchors per partition (runs only until the stream migrates them). Kept up to date
     incrementally by `refresh()` (one long-lived reader).
     """
 
@@ -244,6 +262,7 @@ class SyncsState:
         self.losses: dict[TopicPartition, Loss] = {}
         self.incarnations: dict[str, str] = {}  # source topic -> its topic ID, as the flow's state knows it
         self.reset: Reset | None = None
+        self.release: Release | None = None  # the last holder of the lease stopped cleanly
         self._log = InternalLog(consumer_settings, topic, "offset syncs", idle_timeout_s=idle_timeout_s)
 
     def refresh(self) -> SyncsState:
@@ -263,6 +282,8 @@ class SyncsState:
                 self.losses[tp] = record
             elif isinstance(record, Reset):
                 self.reset = record
+            elif isinstance(record, Release):
+                self.release = record if record.at_ms is not None else None
             elif isinstance(record, Incarnation) and record.topic_id is not None:
                 self.incarnations[record.topic] = record.topic_id
             elif msg.value() is None:

@@ -23,8 +23,8 @@ from confluent_kafka.admin import OffsetSpec
 from mirrorflow import admin_sync, clients, offset_syncs, selection
 from mirrorflow.config import MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
-from mirrorflow.flow_lease import FlowLease
-from mirrorflow.offset_syncs import AnchorRecord, Position, Reset
+from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard
+from mirrorflow.offset_syncs import AnchorRecord, Position, Release, Reset
 
 log = logging.getLogger(__name__)
 EARLIEST, LATEST = "earliest", "latest"
@@ -77,6 +77,9 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
     lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
     try:
         syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
+        if syncs.release is None:  # a stream that did not stop cleanly: its last writes land or expire first
+            lease.wait_out_previous_writer(clean=False)
+            syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
         positions = syncs.positions
         remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)
         if remote_gone and len(tps) < counts[topic]:
@@ -84,13 +87,18 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
                               "out)")
         moves = [PartitionReset(t, p, positions[(t, p)].upstream_next if (t, p) in positions else None,
                                 targets[(t, p)]) for t, p in tps]
-        records: list[Position | Reset | AnchorRecord] = [
+        records: list[Position | Reset | Release | AnchorRecord] = [
             Position(m.topic, m.partition, m.after, positions[(m.topic, m.partition)].downstream_next
                      if (m.topic, m.partition) in positions and not remote_gone else -1) for m in moves]
         if remote_gone:  # the anchors name copies in a topic that is no more
             records += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
         records.append(Reset(int(time.time() * 1000)))
-        producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
+        records.append(Release(int(time.time() * 1000)))  # all of it acknowledged, or the reset fails
+        member = lease.member_id
+        if member is not None:
+            LeaseGuard.confirm(flow.name, member, clients.settings(target, "admin"))
+        producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True,
+                                               "message.timeout.ms": DELIVERY_TIMEOUT_MS})
         for record in records:
             producer.produce(syncs_topic, record.value(), record.key(), partition=0)
         if producer.flush(admin_sync.TIMEOUT_S) > 0:

@@ -15,9 +15,15 @@ record in the offset syncs, metrics, status, one log line) and the partition goe
 Spark commits the batch only after step 3 returned, and step 3 returns only after the target
 acknowledged every record: the checkpoint never runs ahead of the target.
 
+A partition the target does not take within the delivery timeout (stream_writer: no leader, a quota, a full
+disk) is *stuck*: the driver names it with its cause, pauses it (its records are not written, its position
+stays) and every other partition goes on; after a growing pause (30 s, doubling up to 5 min) a new Spark
+checkpoint at the positions tries it again. Nothing is skipped: a paused partition resumes at its position.
+
 A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker
-restart); a fatal error (a record too large, a fenced writer, a lost lease) or repeated failures
-before any batch completes stop the flow with one line.
+restart); a fatal error (a record too large, a fenced writer, a lease another instance holds) or repeated
+failures before any batch completes stop the flow with one line. Every write to the target is fenced by the
+lease (flow_lease, W1-W3).
 """
 
 from __future__ import annotations
@@ -53,9 +59,9 @@ from mirrorflow.anchors import Anchor, PartitionAnchors
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
-from mirrorflow.flow_lease import FlowLease
+from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
 from mirrorflow.heartbeats import HeartbeatEmitter
-from mirrorflow.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position
+from mirrorflow.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release
 from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
 log = logging.getLogger(__name__)
@@ -65,6 +71,19 @@ _SyncRecord = Any  # AnchorRecord | Position | Loss | Incarnation | _Tombstone: 
 _RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirrorflow reset` it starts after
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
+_RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
+_STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
+
+
+@dataclass
+class _Stuck:
+    """A partition the target did not take in time: paused until `retry_at` (monotonic), then tried again."""
+
+    why: str
+    since: float  # wall-clock seconds
+    retry_at: float
+    pause: float
+    paused: bool = True
 
 
 @dataclass(frozen=True)
@@ -124,6 +143,8 @@ class _Driver:
         self.held_due = 0.0
         self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
         self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
+        self.stuck: dict[tuple[str, int], _Stuck] = {}  # bounded by the flow's partitions
+        self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
         self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
         self.stop_requested = threading.Event()
@@ -135,17 +156,22 @@ class _Driver:
         self.stop_watch: lifecycle.StopWatch | None = None
 
     def prepare(self) -> None:
-        admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
-                                         self.flow.number("offset-syncs.topic.replication.factor"),
-                                         admin_sync.COMPACTED)
+        created = admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
+                                                   self.flow.number("offset-syncs.topic.replication.factor"),
+                                                   admin_sync.COMPACTED)
         consumer_settings = self.consumer_settings
         # Watching before the lease is held: whoever sees the lease held can stop the stream.
         self.stop_watch = lifecycle.StopWatch(self.cfg, self.flow, self._stop_requested)
         self.stop_watch.start()
         self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
         self.lease.acquire()
+        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+        clean = created or syncs.release is not None  # no earlier instance, or it stopped cleanly
+        self.lease.wait_out_previous_writer(clean)
+        if syncs.release is not None:
+            self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
         self._fence()
-        self._load_syncs()
+        self._load_syncs(syncs if clean else None)
         self.metrics.observe_source_ends({})
         if self.flow.flag("emit.heartbeats.enabled"):
             self.heartbeats = HeartbeatEmitter(self.flow, self.target)
@@ -165,9 +191,10 @@ class _Driver:
             stream_writer.fence(self.flow.name, self.flow.source, self.flow.target, self.producer_settings,
                                 self._source_partitions(), self.lease.keep if self.lease is not None else lambda: None)
 
-    def _load_syncs(self) -> None:
-        """Positions and anchors from the offset syncs; runs of older versions become anchors (and tombstones)."""
-        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+    def _load_syncs(self, syncs: offset_syncs.SyncsState | None = None) -> None:
+        """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
+        anchors (and tombstones)."""
+        syncs = syncs or offset_syncs.read(self.consumer_settings, self.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
         self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
         self.losses = dict(syncs.losses)
@@ -217,11 +244,24 @@ class _Driver:
         return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
                 for slot, anchor in store.drain().items()]
 
+    def _confirm_lease(self) -> None:
+        """W1 for the driver's own writes; another holder stops the flow (fatal), an unanswered check fails
+        the batch (the query restarts, and the lease consumer finds out whether the lease is still ours)."""
+        member = self.lease.member_id if self.lease is not None else None
+        if member is None:
+            return
+        try:
+            LeaseGuard.confirm(self.flow.name, member, dict(self.target_admin_settings))
+        except LeaseSuperseded as exc:
+            raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
+
     def _write_syncs(self, records: list[_SyncRecord]) -> None:
         if not records:
             return
+        self._confirm_lease()
         if self.position_producer is None:
-            self.position_producer = clients.producer(self.target, **{"acks": "all", "enable.idempotence": True})
+            self.position_producer = clients.producer(self.target, **{
+                "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS})
         for record in records:
             self.position_producer.produce(self.syncs_topic, record.value(), record.key(), partition=0)
             self.position_producer.poll(0)
@@ -332,6 +372,11 @@ class _Driver:
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if self.lease is not None:
+            if self.clean_stop and self.lease.keep():
+                try:
+                    self._write_syncs([Release(int(time.time() * 1000))])
+                except OperationalError as exc:  # the next start waits out this instance's writes instead
+                    log.warning("flow %s: could not record a clean stop: %s", self.flow.name, exc)
             self.lease.release()
         if self.server is not None:
             self.server.shutdown()
@@ -352,7 +397,7 @@ class _Driver:
                 return
             if error is _LEASE_REGAINED:
                 continue
-            if _RECREATED in error:
+            if _RECREATED in error or error is _RETRY_STUCK:
                 self._new_checkpoint()
                 continue
             fatal = _fatal_message(error)
@@ -391,8 +436,18 @@ class _Driver:
                             "held again", self.flow.name)
                 self.metrics.set_state("paused", "lease lost")
                 self.lease.regain()
-                self._load_syncs()  # a reset may have moved the positions while the lease was not ours
+                # Another instance (or a reset) may have held the lease meanwhile: wait out its writes as at a start.
+                syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+                self.lease.wait_out_previous_writer(syncs.release is not None)
+                if syncs.release is not None:
+                    self._write_syncs([Release(None)])
+                self._load_syncs(syncs if syncs.release is not None else None)
+                for stuck in self.stuck.values():  # the target is back: try paused partitions at once
+                    stuck.retry_at = 0.0
                 return _LEASE_REGAINED
+            if self._stuck_due():
+                self._stop(query)
+                return _RETRY_STUCK
             if not query.isActive:
                 exc = query.exception()
                 return str(exc) if exc is not None else "the query stopped"
@@ -404,19 +459,23 @@ class _Driver:
                 self._log_batch_timing(query)
                 metrics.write_status(metrics.status_file(self.flow), snapshot)
             time.sleep(0.5)
-        self._stop(query)
+        self.clean_stop = self._stop(query)
         self.metrics.set_state("stopped")
         return None
 
-    def _stop(self, query: Any) -> None:
-        # Let a running batch finish so that its records and syncs are complete, then stop.
+    def _stop(self, query: Any) -> bool:
+        """Let a running batch finish so that its records and syncs are complete, then stop; True if no batch was
+        running when the query stopped."""
         deadline = time.monotonic() + 60
         try:
             while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
                 time.sleep(0.1)
+            idle = not (query.isActive and query.status.get("isTriggerActive"))
             query.stop()
+            return idle
         except (Py4JError, ConnectionError):
             log.warning("flow %s: Spark's JVM is gone (stopped with the process group?)", self.flow.name)
+            return False
 
     def install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -491,6 +550,7 @@ class _Driver:
         return json.dumps(offsets)
 
     def _batch(self, df: Any, batch_id: int) -> None:
+        self._confirm_lease()
         ends = self._batch_ends(batch_id)
         counts: dict[str, int] = {}
         for topic, partition in ends:
@@ -520,6 +580,7 @@ class _Driver:
                 self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
         rows = [r for r in rows if r["topic"] not in self.held]
         lost = self._losses(ends, rows, replicated, begins)
+        rows = self._settle_stuck(rows, spec.paused)
         for r in rows:
             tp = (r["topic"], r["partition"])
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
@@ -532,7 +593,8 @@ class _Driver:
                                    Anchor(r["last_upstream"], r["last_downstream"]), replay=r["replay"], fresh=fresh)
             if r["downstream_next"] >= 0:
                 self.downstream_next[tp] = r["downstream_next"]
-        quiet = {tp: end for tp, end in ends.items() if tp[0] in replicated and end > self.mirrored.get(tp, -1)}
+        quiet = {tp: end for tp, end in ends.items()
+                 if tp[0] in replicated and end > self.mirrored.get(tp, -1) and tp not in self.stuck}
         records = self._prune() + self._anchor_writes() + lost
         for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
             records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
@@ -548,6 +610,42 @@ class _Driver:
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
         self.metrics.observe(rows)
+
+    def _stuck_due(self) -> bool:
+        """Paused partitions whose pause is over are tried again (True): the query restarts from a new Spark
+        checkpoint at the positions, as their records since were read and passed over."""
+        now = time.monotonic()
+        due = [tp for tp, s in self.stuck.items() if s.paused and s.retry_at <= now]
+        for tp in due:
+            self.stuck[tp].paused = False
+        if due:
+            log.info("flow %s: trying %d paused partition(s) again (e.g. %s-%d)", self.flow.name, len(due), *due[0])
+        return bool(due)
+
+    def _settle_stuck(self, rows: list[dict[str, Any]], paused: frozenset[tuple[str, int]]) -> list[dict[str, Any]]:
+        """Pause the partitions the target did not take in time (one log line each), release those it took again;
+        the rows whose positions may move (neither stuck nor paused)."""
+        out = []
+        now = time.monotonic()
+        for r in rows:
+            tp = (r["topic"], r["partition"])
+            if tp in paused:
+                self.metrics.observe_stuck(tp, self.stuck[tp].why, r["filtered"])
+                continue
+            if r["stuck"] is None:
+                if self.stuck.pop(tp, None) is not None:
+                    self.metrics.observe_stuck(tp, None, 0)
+                    log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
+                out.append(r)
+                continue
+            known = self.stuck.get(tp)
+            pause = _STUCK_PAUSE_S if known is None else min(known.pause * 2, _STUCK_PAUSE_MAX_S)
+            self.stuck[tp] = _Stuck(r["stuck"], known.since if known else time.time(), now + pause, pause)
+            self.metrics.observe_stuck(tp, r["stuck"], 0)
+            log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
+                        "at offset %d, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
+                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, r["stuck"], self.mirrored.get(tp, -1), pause)
+        return out
 
     def _hold_gone_remotes(self, replicated: Mapping[str, int], grown: Mapping[str, int]) -> None:
         """Hold the topics whose remote topic was deleted, or re-created (its end fell below where the flow's next
@@ -574,8 +672,8 @@ class _Driver:
                 gone[t] = f"remote topic {remote[t]} re-created on {self.flow.target} with fewer partitions ({p} gone)"
         present = [(remote[tp[0]], tp[1]) for tp in written if tp[0] in looked and tp[0] not in gone]
         ends = admin_sync.offsets(self.target_admin, self.target.alias, present,
-                                  OffsetSpec.latest())  # type: ignore[no-untyped-call]
-        for (t, p), d in sorted(written.items()):
+                                  OffsetSpec.latest(), available_within=5.0)  # type: ignore[no-untyped-call]
+        for (t, p), d in sorted(written.items()):  # a partition without a leader now is judged at the next look
             end = ends.get((remote.get(t, ""), p))
             if t in looked and t not in gone and end is not None and end < d:
                 gone[t] = (f"remote topic {remote[t]} re-created or truncated on {self.flow.target} (partition {p} "
@@ -666,7 +764,8 @@ class _Driver:
             remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
             downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
             provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
-            replay=self.first_batch_of_query)
+            replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
+            paused=frozenset(tp for tp, s in self.stuck.items() if s.paused))
 
     def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a

@@ -8,13 +8,17 @@ batch's first record, so a reader sees a replay at once); the driver turns the s
 It yields one summary row per source partition for the driver's progress and metrics.
 
 Delivery:
-  at-least-once  idempotent producer, acks=all, no message timeout: an unreachable target stalls the
-                 task instead of failing it; syncs are written only after the data is acknowledged.
+  at-least-once  idempotent producer, acks=all; syncs are written only after the data is acknowledged.
   exactly-once   one transactional producer per source partition (`transactional.id` derived from
                  flow, topic and partition, so a zombie or a second instance is fenced); the records
                  and the partition's offset syncs are committed in one transaction.
 In both modes records below the partition's committed position (already in the target, known from
 the offset syncs) are skipped, so a replayed batch never writes them twice in exactly-once mode.
+Every record is handed over only under a confirmed lease and expires if not sent within
+DELIVERY_TIMEOUT_MS (flow_lease, W1 and W2). A partition whose records the target did not take in that time
+(no leader, a quota, a full disk, too few in-sync replicas) is *stuck*: its records of the batch count for
+nothing (no offset syncs; exactly-once: its transaction aborts), its summary says why, and the driver pauses
+it while every other partition goes on.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from mirrorflow import metrics, offset_syncs, provenance
 from mirrorflow.anchors import Anchor
 from mirrorflow.errors import OperationalError
+from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
 from mirrorflow.offset_syncs import Position
 
 log = logging.getLogger(__name__)
@@ -44,11 +49,16 @@ SUMMARY_SCHEMA = (
     "upstream_next long, downstream_next long, first_upstream long, first_downstream long, "
     "last_upstream long, last_downstream long, replay boolean, syncs long, "
     "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
-    "age_min long, age_max long, age_sum long, last_timestamp long"
+    "age_min long, age_max long, age_sum long, last_timestamp long, stuck string"
 )
 FATAL = "mirrorflow-fatal: "
-# A transaction the coordinator aborted (it outlived transaction.timeout.ms) or whose records timed out.
-_RETRIABLE_IN_TRANSACTION = {KafkaError.INVALID_PRODUCER_EPOCH, KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT}
+# Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
+# the coordinator aborted (it outlived transaction.timeout.ms): the partition is stuck, not the flow broken.
+_STUCK = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_PRODUCER_EPOCH,
+          KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
+          KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT, KafkaError.KAFKA_STORAGE_ERROR,
+          KafkaError._TRANSPORT, KafkaError.THROTTLING_QUOTA_EXCEEDED}
+_CAUSES_PER_TASK = 3  # stuck partitions of a task whose cause is looked up in the target's metadata
 _FLUSH_LOG_S = 30.0
 _METADATA_WAIT_S = 15.0  # remote topics are confirmed visible before the first write: this is a margin
 
@@ -78,6 +88,8 @@ class WriterSpec:
     unsynced: frozenset[TopicPartition] = frozenset()
     # The first batch of a query may repeat records a failed attempt wrote: its first records are barriers.
     replay: bool = False
+    lease_member: str | None = None  # the driver's member id in the lease group: every write confirms it (W1)
+    paused: frozenset[TopicPartition] = frozenset()  # stuck partitions the driver pauses: nothing of them written
 
 
 class MirrorError(Exception):
@@ -101,6 +113,10 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
                     write = writes[tp] = _PartitionWrite(spec, tp)
                 write.write(part)
         rows = _settle(spec, list(writes.values()))
+    except LeaseSuperseded as exc:
+        for producer in {id(w.producer): w.producer for w in writes.values()}.values():
+            producer.purge(in_queue=True, in_flight=False, blocking=False)  # nothing queued may still go out
+        raise RuntimeError(str(exc)) from None  # the driver finds the lease lost and stops (or regains it)
     except KafkaException as exc:
         err: KafkaError = exc.args[0]
         if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
@@ -108,8 +124,8 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
                               f"on {spec.target} (a second instance of the flow, or a task of a stopped one): "
                               f"{err.str()}") from None
         if err.code() == KafkaError.INVALID_PRODUCER_EPOCH:
-            # Not fatal: the coordinator aborted a transaction that outlived transaction.timeout.ms; Spark
-            # retries the task, whose fresh producer resumes from the committed position.
+            # Not fatal: the coordinator aborted a transaction that outlived transaction.timeout.ms; the
+            # restarted task's fresh producer resumes from the committed position.
             raise RuntimeError(f"flow {spec.flow}: {spec.target} aborted a transaction (it outlived "
                                f"transaction.timeout.ms = {_TRANSACTION_TIMEOUT_MS} ms?): {err.str()}") from None
         raise
@@ -121,10 +137,10 @@ def _settle(spec: WriterSpec, writes: list[_PartitionWrite]) -> list[dict[str, A
     """Every write acknowledged, then its offset syncs recorded: one flush for the whole task when
     the writes share the idempotent producer, one transaction per partition in exactly-once mode."""
     if spec.exactly_once:
-        return [w.settle().row() for w in writes]
+        return [w.settle(looked_up=i < _CAUSES_PER_TASK).row() for i, w in enumerate(writes)]
     shared = _idempotent_producer(spec)
     _flush(shared, spec, writes)
-    rows = [w.settle(flushed=True).row() for w in writes]
+    rows = [w.settle(flushed=True, looked_up=i < _CAUSES_PER_TASK).row() for i, w in enumerate(writes)]
     _flush(shared, spec, writes)
     return rows
 
@@ -155,6 +171,7 @@ class _Summary:
         self.latency = metrics.Distribution()
         self.age = metrics.Distribution()
         self.last_timestamp = -1
+        self.stuck: str | None = None  # why the target did not take the partition's records in time
 
     def row(self) -> dict[str, Any]:
         first, last = self.first, self.last
@@ -170,7 +187,7 @@ class _Summary:
             "latency_min": self.latency.minimum, "latency_max": self.latency.maximum,
             "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
             "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
-            "last_timestamp": self.last_timestamp,
+            "last_timestamp": self.last_timestamp, "stuck": self.stuck,
         }
 
 
@@ -180,7 +197,8 @@ class _PartitionWrite:
     def __init__(self, spec: WriterSpec, tp: TopicPartition) -> None:
         self.spec, self.tp = spec, tp
         self.summary = _Summary(tp)
-        self.remote = spec.remote.get(tp[0])
+        self.remote = None if tp in spec.paused else spec.remote.get(tp[0])
+        _confirm_lease(spec)  # before a transactional id is initialised too: a zombie never fences the owner
         self.mirrored = spec.mirrored.get(tp, -1)
         self.written: list[int] = []  # upstream offsets, in produce order
         self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
@@ -208,6 +226,7 @@ class _PartitionWrite:
     def write(self, part: pa.RecordBatch) -> None:
         summary, spec, remote = self.summary, self.spec, self.remote
         topic, partition = self.tp
+        _confirm_lease(spec)
         offsets = part.column("offset").to_pylist()
         summary.upstream_next = offsets[-1] + 1
         if summary.first_offset is None:
@@ -245,10 +264,12 @@ class _PartitionWrite:
             summary.last_timestamp = ts
         summary.records = len(written)
 
-    def settle(self, *, flushed: bool = False) -> _Summary:
-        """Wait for every acknowledgement, then record the offset syncs (and commit, exactly-once).
+    def settle(self, *, flushed: bool = False, looked_up: bool = True) -> _Summary:
+        """Wait for every acknowledgement, then record the offset syncs (and commit, exactly-once); a partition the
+        target did not take in time is stuck (nothing of it counts).
 
-        `flushed`: the caller has flushed the shared producer and flushes it again after.
+        `flushed`: the caller has flushed the shared producer and flushes it again after. `looked_up`: a stuck
+        partition's cause is looked up in the target's metadata.
         """
         spec, tp, producer, remote = self.spec, self.tp, self.producer, self.remote
         if remote is None:
@@ -257,9 +278,8 @@ class _PartitionWrite:
             return self.summary  # a topic the pattern matched but the flow does not replicate
         if not flushed:
             _flush(producer, spec, [self])
-        if self.failures and spec.exactly_once and all(f[0].code() in _RETRIABLE_IN_TRANSACTION for f in self.failures):
-            raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: the transaction failed on {spec.target} "
-                               f"({self.failures[0][0].str()}); Spark retries the task")
+        if self.failures and all(f[0].code() in _STUCK for f in self.failures):
+            return self._stuck(self.failures[0][0], looked_up)
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
             err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
@@ -269,12 +289,31 @@ class _PartitionWrite:
             raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {len(self.written) - len(self.acked)} "
                               "records have no delivery report after flush")
         if tp not in spec.unsynced:
+            _confirm_lease(spec)
             _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)))
         if spec.exactly_once:
-            producer.commit_transaction()  # flushes the syncs with the records
+            try:
+                producer.commit_transaction()  # flushes the syncs with the records
+            except KafkaException as exc:
+                if exc.args[0].code() not in _STUCK or not exc.args[0].txn_requires_abort():
+                    raise
+                return self._stuck(exc.args[0], looked_up)
         elif not flushed:
             _flush(producer, spec, [self])
         return self.summary
+
+    def _stuck(self, err: KafkaError, looked_up: bool) -> _Summary:
+        """Nothing of the partition's batch counts: no offset syncs (at-least-once: what landed is written again
+        when the driver resumes the partition, a replay), the transaction aborted (exactly-once)."""
+        if self.spec.exactly_once:
+            self.producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
+        cause = _leader(self.producer, self) if looked_up else "not looked up"
+        summary = self.summary
+        summary.stuck = f"{err.str()}; {cause}"
+        summary.upstream_next = summary.downstream_next = -1
+        summary.first = summary.last = None
+        summary.records = summary.bytes = 0
+        return summary
 
     @property
     def unacknowledged(self) -> int:
@@ -290,7 +329,7 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
                              on_delivery=delivered)
             return
         except BufferError:
-            producer.poll(0.05)  # the local queue is full: wait for the target to take more
+            producer.poll(0.05)  # the local queue is full: wait for the target to take more (or expire it)
         except KafkaException as exc:
             # A remote topic or partition the driver just created: this producer's metadata is older.
             if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
@@ -326,6 +365,11 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
     summary.syncs = 1
 
 
+def _confirm_lease(spec: WriterSpec) -> None:
+    if spec.lease_member is not None:
+        LeaseGuard.confirm(spec.flow, spec.lease_member, dict(spec.target_admin_settings))
+
+
 def _task_attempt() -> int:
     from pyspark import TaskContext
 
@@ -334,15 +378,20 @@ def _task_attempt() -> int:
 
 
 def _flush(producer: Producer, spec: WriterSpec, writes: list[_PartitionWrite]) -> None:
-    """Wait until the target acknowledged everything produced; every _FLUSH_LOG_S name the stuck partitions
-    and what the target's metadata says of them (at-least-once never gives up: nothing is skipped)."""
-    waited = 0.0
-    while producer.flush(_FLUSH_LOG_S) > 0:
-        waited += _FLUSH_LOG_S
+    """Wait until the target acknowledged (or expired, W2) everything produced, confirming the lease every second
+    (W1: a writer that lost it purges what it has not sent); every _FLUSH_LOG_S name the partitions still waiting
+    and what the target's metadata says of them."""
+    begun = logged = time.monotonic()
+    while producer.flush(1.0) > 0:
+        _confirm_lease(spec)
+        if time.monotonic() - logged < _FLUSH_LOG_S:
+            continue
+        logged = time.monotonic()
+        waited = logged - begun
         stuck = [w for w in writes if w.unacknowledged > 0]
         named = "; ".join(f"{w.remote}-{w.tp[1]}: {w.unacknowledged} records, {_leader(producer, w)}"
                           for w in stuck[:5]) + (f"; and {len(stuck) - 5} more partitions" if len(stuck) > 5 else "")
-        log.warning("flow %s: target %s has not acknowledged for %.0f s: %s; waiting (nothing is skipped)",
+        log.warning("flow %s: target %s has not acknowledged for %.0f s: %s; waiting",
                     spec.flow, spec.target, waited, named or "the offset syncs")
 
 
@@ -418,6 +467,7 @@ _PRODUCER_DEFAULTS = {
     "message.max.bytes": 100_000_000, "compression.type": "none",
     # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits.
     "queue.buffering.max.kbytes": 65_536,
+    "message.timeout.ms": DELIVERY_TIMEOUT_MS,  # flow_lease W2
 }
 
 
@@ -425,7 +475,7 @@ def _idempotent_producer(spec: WriterSpec) -> Producer:
     key = f"{spec.flow}/idempotent"
     producer = _PRODUCERS.get(key)
     if producer is None:
-        producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS, "message.timeout.ms": 0})
+        producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS})
         _PRODUCERS[key] = producer
     return producer
 
@@ -444,8 +494,7 @@ def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> Producer:
     # cached in one Python worker would be fenced by the same id in another worker.
     producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS,
                          "transactional.id": _transactional_id(spec, tp),
-                         "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS,
-                         "message.timeout.ms": _TRANSACTION_TIMEOUT_MS})
+                         "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS})
     producer.init_transactions(60)
     return producer
 
@@ -465,8 +514,7 @@ def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, A
     """
     def init(tid: str) -> None:
         producer = Producer({**producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
-                             "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS,
-                             "message.timeout.ms": _TRANSACTION_TIMEOUT_MS})
+                             "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS})
         try:
             producer.init_transactions(60)
         except KafkaException as exc:
@@ -504,5 +552,5 @@ _ARROW_SCHEMA = pa.schema([
     ("replay", pa.bool_()), ("syncs", pa.int64()),
     ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
     ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
-    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()),
+    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()),
 ])

@@ -1,0 +1,26 @@
+"""The lease's verdict on a description of its group (flow_lease W1), pure."""
+
+from __future__ import annotations
+
+from mirrorflow.flow_lease import CONFIRMED_FOR_S, DELIVERY_TIMEOUT_MS, TAKEOVER_WAIT_S, verdict
+
+
+def test_a_writer_holds_the_lease_only_when_its_own_member_is_assigned_in_a_stable_group() -> None:
+    assert verdict(True, [("me", True)], "me") == "held"
+    assert verdict(True, [("me", True), ("zombie", False)], "me") == "held"
+
+
+def test_another_assigned_member_supersedes_the_writer_even_mid_rebalance() -> None:
+    assert verdict(True, [("me", False), ("new", True)], "me") == "superseded"
+    assert verdict(False, [("new", True)], "me") == "superseded"
+    assert verdict(True, [("new", True)], "me") == "superseded"
+
+
+def test_a_rebalance_or_an_empty_group_is_no_confirmation() -> None:
+    assert verdict(False, [("me", True)], "me") == "unknown"
+    assert verdict(True, [("me", False)], "me") == "unknown"
+    assert verdict(True, [], "me") == "unknown"
+
+
+def test_a_takeover_waits_longer_than_a_confirmation_and_a_delivery_last() -> None:
+    assert TAKEOVER_WAIT_S > CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS / 1000
