@@ -60,6 +60,9 @@ class FlowLease:
         self._consumer: Consumer | None = None
         self.held = False
         self.lost = False
+        # This instance's member ids so far (a new one after each lost session), newest last; bounded. After a
+        # coordinator restart the group may list an earlier one of them, still assigned, until its session expires.
+        self._own_ids: list[str] = []
 
     def acquire(self, wait_s: float = 3 * SESSION_TIMEOUT_MS / 1000) -> None:
         """Join the flow's group and hold its partition, or raise if another live instance holds it."""
@@ -124,7 +127,8 @@ class FlowLease:
             except OperationalError as exc:  # the target still cannot tell: keep waiting
                 log.info("%s; waiting", exc)
                 continue
-            holders = [m for m in members if m.member_id != me and m.assignment.topic_partitions]
+            holders = [m for m in members if m.member_id != me and m.member_id not in self._own_ids
+                       and m.assignment.topic_partitions]
             if holders:
                 raise OperationalError(f"flow {self.flow}: another instance on {holders[0].host} took over "
                                        f"(consumer group {self.group}); this one stops")
@@ -145,6 +149,7 @@ class FlowLease:
             consumer.incremental_assign(partitions)
             consumer.pause(partitions)  # the partition is a token: nothing is read through this consumer
             self.held = True
+            self._own_ids = [*self._own_ids[-7:], consumer.memberid()]
 
     def _revoked(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self.held and partitions:
@@ -189,19 +194,21 @@ class LeaseGuard:
         key = (flow, member_id)
         if time.monotonic() - cls._confirmed.get(key, float("-inf")) < CONFIRMED_FOR_S:
             return
-        admin = cls._admins.get(flow)
-        if admin is None:
-            if len(cls._admins) >= 64:
-                cls._admins.clear()
-            admin = cls._admins[flow] = AdminClient(admin_settings)
         deadline = time.monotonic() + wait_s
         while True:
+            admin = cls._admins.get(flow)
+            if admin is None:
+                if len(cls._admins) >= 64:
+                    cls._admins.clear()
+                admin = cls._admins[flow] = AdminClient(admin_settings)
             asked = time.monotonic()  # a confirmation counts from before the question, never from the answer
             try:
-                described = describe(admin, flow, timeout_s=max(deadline - asked, 1.0))
+                described = describe(admin, flow, timeout_s=min(max(deadline - asked, 1.0), 5.0))
                 found = verdict(described.stable, [(m.member_id, bool(m.assignment.topic_partitions))
                                                    for m in described.members], member_id)
             except OperationalError:
+                # An admin client that knew the coordinator before it restarted may never answer again: a new one.
+                cls._admins.pop(flow, None)
                 found = "unknown"
             if found == "held":
                 if len(cls._confirmed) >= 1024:
