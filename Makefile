@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint bench bench-batch bench-state bench-fence stop clean
+.PHONY: setup demo test lint bench bench-batch bench-state bench-fence bench-eos stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -54,6 +54,10 @@ bench-state: setup
 
 bench-fence: setup
 	$(BIN)/python tests/benchmark_fence.py
+
+# The stream at 12 and 1,200 partitions, at-least-once and exactly-once (about 10 minutes; not part of `make test`).
+bench-eos: setup
+	$(BIN)/python tests/benchmark_eos.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow stop --flow "primary->backup" --reason "make stop" --timeout 90

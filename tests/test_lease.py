@@ -16,6 +16,11 @@ def test_another_assigned_member_supersedes_the_writer_even_mid_rebalance() -> N
     assert verdict(True, [("new", True)], "me") == "superseded"
 
 
+def test_an_earlier_member_id_of_the_same_instance_is_no_other_instance() -> None:
+    assert verdict(True, [("old-me", True), ("me", False)], "me", ("old-me",)) == "unknown"
+    assert verdict(True, [("old-me", True), ("other", True)], "me", ("old-me",)) == "superseded"
+
+
 def test_a_rebalance_or_an_empty_group_is_no_confirmation() -> None:
     assert verdict(False, [("me", True)], "me") == "unknown"
     assert verdict(True, [("me", False)], "me") == "unknown"

@@ -9,8 +9,9 @@ A crashed instance's membership expires after the session timeout, so a restart 
 Fencing: at most one instance writes a flow's target at a time, enforced where the writes happen.
   W1  Every write to the target (records, offset syncs, anchors) is handed to a producer only while the
       writer's lease confirmation is younger than CONFIRMED_FOR_S: a confirmation is a describe of the
-      group in which the writer's own member holds the partition (`LeaseGuard.confirm`). A task and the
-      driver confirm before producing, before offset syncs, and at least every CONFIRMED_FOR_S meanwhile.
+      group in which the writer's own member holds the partition (`LeaseGuard.confirm`). A task checks
+      before producing, every 64 records, while waiting for queue space and before offset syncs; the
+      driver before its writes and before it initialises transactional ids.
   W2  Every producer of the flow bounds delivery: a record not sent within DELIVERY_TIMEOUT_MS of being
       handed over fails instead (librdkafka expires it, before sending, on its first scan after a pause).
   W3  An instance that takes the lease over from one that did not stop cleanly waits TAKEOVER_WAIT_S
@@ -25,9 +26,9 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
   Exactly-once adds the broker's producer epochs: the new holder initialises every transactional id of
   the flow before writing, so the old holder's open transactions abort and its commits fail; by W1 a
   writer that lost the lease never initialises an id again, so the rightful owner is never fenced.
-  Residual: a process frozen in the microseconds between a confirmation and the hand-over of a record,
-  or inside librdkafka between building and sending a request, can still send once after resuming (at
-  least once: a duplicate; exactly-once: fenced by the epochs). A TCP segment a kernel keeps
+  Residual: a process frozen right after a check can hand over up to 63 more records on resuming, and one
+  frozen inside librdkafka between building and sending a request can still send it (at least once:
+  duplicates after the takeover; exactly-once: fenced by the epochs). A TCP segment a kernel keeps
   retransmitting through a network partition is bounded by the connection's retransmission timeout, not
   by W2.
 """
@@ -83,6 +84,11 @@ class FlowLease:
             raise OperationalError(f"flow {self.flow} is already running elsewhere (consumer group "
                                    f"{self.group} holds its lease); stop that instance first")
         log.info("flow %s: lease held (group %s)", self.flow, self.group)
+
+    @property
+    def own_ids(self) -> tuple[str, ...]:
+        """The member ids this instance held the lease under (at most 8, newest last)."""
+        return tuple(self._own_ids)
 
     @property
     def member_id(self) -> str | None:
@@ -186,11 +192,12 @@ class LeaseGuard:
     _confirmed: ClassVar[dict[tuple[str, str], float]] = {}  # (flow, member id) -> monotonic time last confirmed
 
     @classmethod
-    def confirm(cls, flow: str, member_id: str, admin_settings: dict[str, Any],
+    def confirm(cls, flow: str, member_id: str, admin_settings: dict[str, Any], own_ids: tuple[str, ...] = (),
                 wait_s: float = 2 * SESSION_TIMEOUT_MS / 1000) -> None:
         """Return once the lease is confirmed (at once if it was within CONFIRMED_FOR_S); raise LeaseSuperseded
-        if another member holds it, OperationalError if the group cannot tell within `wait_s` (a rebalance,
-        an unreachable coordinator): the caller writes nothing meanwhile."""
+        if another instance holds it, OperationalError if the group cannot tell within `wait_s` (a rebalance,
+        an unreachable coordinator, this instance's earlier member id still listed): the caller writes nothing
+        meanwhile. `own_ids`: this instance's earlier member ids."""
         key = (flow, member_id)
         if time.monotonic() - cls._confirmed.get(key, float("-inf")) < CONFIRMED_FOR_S:
             return
@@ -205,7 +212,7 @@ class LeaseGuard:
             try:
                 described = describe(admin, flow, timeout_s=min(max(deadline - asked, 1.0), 5.0))
                 found = verdict(described.stable, [(m.member_id, bool(m.assignment.topic_partitions))
-                                                   for m in described.members], member_id)
+                                                   for m in described.members], member_id, own_ids)
             except OperationalError:
                 # An admin client that knew the coordinator before it restarted may never answer again: a new one.
                 cls._admins.pop(flow, None)
@@ -225,12 +232,13 @@ class LeaseGuard:
             time.sleep(0.2)
 
 
-def verdict(stable: bool, members: list[tuple[str, bool]], member_id: str) -> str:
+def verdict(stable: bool, members: list[tuple[str, bool]], member_id: str, own_ids: tuple[str, ...] = ()) -> str:
     """What a description of the lease group says of `member_id`: "held" (it is assigned the partition in a
-    stable group), "superseded" (another member is assigned it), or "unknown" (a rebalance under way, or no
-    member assigned: wait). `members`: (member id, assigned anything)."""
+    stable group), "superseded" (another instance's member is assigned it), or "unknown" (a rebalance under
+    way, no member assigned, or one of this instance's earlier ids `own_ids`, which a restarted coordinator
+    lists until its session expires: wait). `members`: (member id, assigned anything)."""
     holders = [m for m, assigned in members if assigned]
-    if any(m != member_id for m in holders):
+    if any(m != member_id and m not in own_ids for m in holders):
         return "superseded"
     if stable and holders == [member_id]:
         return "held"

@@ -124,6 +124,9 @@ def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: 
             raise LocalClusterError(f"cluster {alias!r}: a secure local cluster has one broker; give "
                                     "bootstrap.servers one address")
         (host, port), folder = addresses[0], home() / "local" / alias
+        if any(p == port + 1 for _, p in addresses[1:]):
+            raise LocalClusterError(f"cluster {alias!r}: port {port + 1} is the first broker's controller port; give "
+                                    "the other brokers other ports")
         out.append(LocalBroker(alias, host, port, is_secure, folder))
         out.extend(LocalBroker(alias, h, p, False, folder / f"node-{n}", n, (host, port + 1))
                    for n, (h, p) in enumerate(addresses[1:], start=2))
@@ -173,9 +176,9 @@ def down(config: MirrorConfig, aliases: Iterable[str] = (), *, purge: bool = Fal
     """Stop the brokers this launcher started (SIGTERM, then SIGKILL after 30 s), broker-only nodes first."""
     brokers = local_brokers(config, aliases)
     named = {b.folder for b in brokers}
-    extra = [LocalBroker(b.alias, b.host, 0, False, folder, int(folder.name.split("-")[1]))
+    extra = [LocalBroker(b.alias, b.host, 0, False, folder, int(folder.name[5:]))
              for b in brokers if b.node_id == 1
-             for folder in sorted(b.folder.glob("node-[0-9]*")) if folder not in named]
+             for folder in sorted(b.folder.glob("node-*")) if folder.name[5:].isdigit() and folder not in named]
     for b in sorted([*brokers, *extra], key=lambda b: -b.node_id):
         stop(b)
     if purge:

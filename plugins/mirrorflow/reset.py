@@ -99,11 +99,14 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             LeaseGuard.confirm(flow.name, member, clients.settings(target, "admin"))
         producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True,
                                                "message.timeout.ms": DELIVERY_TIMEOUT_MS})
+        failed: list[str] = []
         for record in records:
-            producer.produce(syncs_topic, record.value(), record.key(), partition=0)
-        if producer.flush(admin_sync.TIMEOUT_S) > 0:
+            producer.produce(syncs_topic, record.value(), record.key(), partition=0,
+                             on_delivery=lambda err, _msg: failed.append(err.str()) if err is not None else None)
+        if producer.flush(admin_sync.TIMEOUT_S) > 0 or failed:
             raise OperationalError(f"flow {flow.name}: the reset was not acknowledged by {flow.target} within "
-                                   f"{admin_sync.TIMEOUT_S:.0f} s; run it again")
+                                   f"{DELIVERY_TIMEOUT_MS / 1000:.0f} s" + (f" ({failed[0]})" if failed else "")
+                                   + "; run it again")
     finally:
         lease.release()
     who = getpass.getuser()

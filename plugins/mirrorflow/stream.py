@@ -185,11 +185,13 @@ class _Driver:
                  len(self.mirrored), self.checkpoint)
 
     def _fence(self) -> None:
-        """Exactly-once: fence every transactional id of the flow's partitions (at start and before a restarted
-        query, whose tasks may have died mid-transaction), serving the lease meanwhile."""
+        """Exactly-once: fence every transactional id of the flow's partitions (at start, after the lease was
+        regained, and before a restarted query, whose tasks may have died mid-transaction), serving the lease
+        meanwhile. Only under a confirmed lease (W1): a zombie that initialised the ids would fence the owner."""
         if self.exactly_once:
+            self._confirm_lease()
             stream_writer.fence(self.flow.name, self.flow.source, self.flow.target, self.producer_settings,
-                                self._source_partitions(), self.lease.keep if self.lease is not None else lambda: None)
+                                self._source_partitions(), self.lease.keep if self.lease is not None else lambda: True)
 
     def _load_syncs(self, syncs: offset_syncs.SyncsState | None = None) -> None:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
@@ -248,10 +250,10 @@ class _Driver:
         """W1 for the driver's own writes; another holder stops the flow (fatal), an unanswered check fails
         the batch (the query restarts, and the lease consumer finds out whether the lease is still ours)."""
         member = self.lease.member_id if self.lease is not None else None
-        if member is None:
+        if member is None or self.lease is None:
             return
         try:
-            LeaseGuard.confirm(self.flow.name, member, dict(self.target_admin_settings))
+            LeaseGuard.confirm(self.flow.name, member, dict(self.target_admin_settings), self.lease.own_ids)
         except LeaseSuperseded as exc:
             raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
 
@@ -262,11 +264,19 @@ class _Driver:
         if self.position_producer is None:
             self.position_producer = clients.producer(self.target, **{
                 "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS})
+        failed: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(err.str())
+
         for record in records:
-            self.position_producer.produce(self.syncs_topic, record.value(), record.key(), partition=0)
+            self.position_producer.produce(self.syncs_topic, record.value(), record.key(), partition=0,
+                                           on_delivery=delivered)
             self.position_producer.poll(0)
-        if self.position_producer.flush(60) > 0:
-            raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}")
+        if self.position_producer.flush(60) > 0 or failed:
+            raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}"
+                                   + (f": {failed[0]}" if failed else ""))
 
     def _prune(self) -> list[_SyncRecord]:
         """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
@@ -299,6 +309,8 @@ class _Driver:
                 records.append(_Tombstone(Loss(tp[0], tp[1])))
             self.mirrored.pop(tp, None)
             self.downstream_next.pop(tp, None)
+        for tp in [tp for tp in self.stuck if tp[0] in gone]:
+            del self.stuck[tp]
         for topic in gone:
             self.ready.pop(topic, None)
             if self.incarnations.pop(topic, None) is not None:
@@ -421,6 +433,10 @@ class _Driver:
                     self._fence()
                     break
                 except OperationalError as exc:  # the target may still be down: wait, as for a failed start
+                    fatal = _fatal_message(str(exc))
+                    if fatal:  # another instance holds the lease
+                        self.metrics.set_state("failed", fatal)
+                        raise OperationalError(fatal) from None
                     log.warning("%s; trying again in %.0f s", exc, pause)
                     self.stop_requested.wait(pause)
                     pause = min(pause * 2, 60.0)
@@ -442,11 +458,16 @@ class _Driver:
                 if syncs.release is not None:
                     self._write_syncs([Release(None)])
                 self._load_syncs(syncs if syncs.release is not None else None)
-                for stuck in self.stuck.values():  # the target is back: try paused partitions at once
+                self._fence()
+                for stuck in list(self.stuck.values()):  # the target is back: try paused partitions at once
                     stuck.retry_at = 0.0
                 return _LEASE_REGAINED
-            if self._stuck_due():
-                self._stop(query)
+            due = self._stuck_due()
+            if due:
+                self._stop(query)  # no batch of this query may write them: its checkpoint is past their positions
+                for tp in due:
+                    if tp in self.stuck:
+                        self.stuck[tp].paused = False
                 return _RETRY_STUCK
             if not query.isActive:
                 exc = query.exception()
@@ -568,7 +589,10 @@ class _Driver:
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
         begins = {**self.mirrored, **self._previous_ends(batch_id)}
         self._refuse_loss(ends, replicated, begins)
-        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends)
+        # A stuck partition is written only by a batch that starts at its position (a query from a new checkpoint).
+        paused = frozenset(tp for tp, s in list(self.stuck.items())
+                           if s.paused or begins.get(tp, -1) != self.mirrored.get(tp, -1))
+        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused)
         # One task per core, each writing several source partitions in turn (coalesce concatenates
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
         tasks = max(1, self.spark.sparkContext.defaultParallelism)
@@ -580,7 +604,7 @@ class _Driver:
                 self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
         rows = [r for r in rows if r["topic"] not in self.held]
         lost = self._losses(ends, rows, replicated, begins)
-        rows = self._settle_stuck(rows, spec.paused)
+        rows, first_positions = self._settle_stuck(rows, spec.paused)
         for r in rows:
             tp = (r["topic"], r["partition"])
             self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
@@ -595,7 +619,7 @@ class _Driver:
                 self.downstream_next[tp] = r["downstream_next"]
         quiet = {tp: end for tp, end in ends.items()
                  if tp[0] in replicated and end > self.mirrored.get(tp, -1) and tp not in self.stuck}
-        records = self._prune() + self._anchor_writes() + lost
+        records = self._prune() + self._anchor_writes() + lost + first_positions
         for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
             records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
             self.mirrored[tp] = end
@@ -611,21 +635,21 @@ class _Driver:
                             spec.remote[r["topic"]])
         self.metrics.observe(rows)
 
-    def _stuck_due(self) -> bool:
-        """Paused partitions whose pause is over are tried again (True): the query restarts from a new Spark
-        checkpoint at the positions, as their records since were read and passed over."""
+    def _stuck_due(self) -> list[tuple[str, int]]:
+        """Paused partitions whose pause is over: tried again once the query stopped, from a new Spark checkpoint
+        at the positions (their records since were read and passed over)."""
         now = time.monotonic()
-        due = [tp for tp, s in self.stuck.items() if s.paused and s.retry_at <= now]
-        for tp in due:
-            self.stuck[tp].paused = False
+        due = [tp for tp, s in list(self.stuck.items()) if s.paused and s.retry_at <= now]
         if due:
             log.info("flow %s: trying %d paused partition(s) again (e.g. %s-%d)", self.flow.name, len(due), *due[0])
-        return bool(due)
+        return due
 
-    def _settle_stuck(self, rows: list[dict[str, Any]], paused: frozenset[tuple[str, int]]) -> list[dict[str, Any]]:
+    def _settle_stuck(self, rows: list[dict[str, Any]], paused: frozenset[tuple[str, int]]
+                      ) -> tuple[list[dict[str, Any]], list[Position]]:
         """Pause the partitions the target did not take in time (one log line each), release those it took again;
-        the rows whose positions may move (neither stuck nor paused)."""
-        out = []
+        the rows whose positions may move (neither stuck nor paused), and the positions of partitions stuck before
+        they had one (where their batch started: a later start, from any checkpoint, resumes there)."""
+        out, first_positions = [], []
         now = time.monotonic()
         for r in rows:
             tp = (r["topic"], r["partition"])
@@ -638,6 +662,9 @@ class _Driver:
                     log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
                 out.append(r)
                 continue
+            if self.mirrored.get(tp, -1) < 0 and r["first_offset"] is not None:
+                self.mirrored[tp] = r["first_offset"]
+                first_positions.append(Position(tp[0], tp[1], r["first_offset"], self.downstream_next.get(tp, -1)))
             known = self.stuck.get(tp)
             pause = _STUCK_PAUSE_S if known is None else min(known.pause * 2, _STUCK_PAUSE_MAX_S)
             self.stuck[tp] = _Stuck(r["stuck"], known.since if known else time.time(), now + pause, pause)
@@ -645,7 +672,7 @@ class _Driver:
             log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
                         "at offset %d, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
                         self.flow.target, DELIVERY_TIMEOUT_MS / 1000, r["stuck"], self.mirrored.get(tp, -1), pause)
-        return out
+        return out, first_positions
 
     def _hold_gone_remotes(self, replicated: Mapping[str, int], grown: Mapping[str, int]) -> None:
         """Hold the topics whose remote topic was deleted, or re-created (its end fell below where the flow's next
@@ -680,6 +707,8 @@ class _Driver:
                            f"ends at {end}, the flow's next copy would land at {d})")
         for t, why in sorted(gone.items()):
             self.held[t] = why
+            for tp in [tp for tp in self.stuck if tp[0] == t]:  # held until a reset: no longer retried
+                del self.stuck[tp]
             self.metrics.hold(t, why, 0)
             log.warning("flow %s: %s: %s is HELD, nothing of it written, its positions kept; to mirror it into a "
                         "new %s: mirrorflow reset --flow %s --topic %s --to earliest (or the offset to start at), "
@@ -756,7 +785,8 @@ class _Driver:
             out.append(loss)
         return out
 
-    def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int]) -> WriterSpec:
+    def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
+              paused: frozenset[tuple[str, int]]) -> WriterSpec:
         return WriterSpec(
             flow=self.flow.name, source=self.flow.source, target=self.flow.target,
             producer_settings=self.producer_settings, consumer_settings=self.consumer_settings,
@@ -765,7 +795,7 @@ class _Driver:
             downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
             provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
             replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
-            paused=frozenset(tp for tp, s in self.stuck.items() if s.paused))
+            lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused)
 
     def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a

@@ -89,6 +89,7 @@ class WriterSpec:
     # The first batch of a query may repeat records a failed attempt wrote: its first records are barriers.
     replay: bool = False
     lease_member: str | None = None  # the driver's member id in the lease group: every write confirms it (W1)
+    lease_own_ids: tuple[str, ...] = ()  # the driver's earlier member ids (never another instance)
     paused: frozenset[TopicPartition] = frozenset()  # stuck partitions the driver pauses: nothing of them written
 
 
@@ -136,12 +137,17 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
 def _settle(spec: WriterSpec, writes: list[_PartitionWrite]) -> list[dict[str, Any]]:
     """Every write acknowledged, then its offset syncs recorded: one flush for the whole task when
     the writes share the idempotent producer, one transaction per partition in exactly-once mode."""
+    causes = [_CAUSES_PER_TASK]  # stuck partitions whose cause is still looked up
     if spec.exactly_once:
-        return [w.settle(looked_up=i < _CAUSES_PER_TASK).row() for i, w in enumerate(writes)]
+        return [w.settle(causes=causes).row() for w in writes]
     shared = _idempotent_producer(spec)
     _flush(shared, spec, writes)
-    rows = [w.settle(flushed=True, looked_up=i < _CAUSES_PER_TASK).row() for i, w in enumerate(writes)]
+    rows = [w.settle(flushed=True, causes=causes).row() for w in writes]
     _flush(shared, spec, writes)
+    unsynced = next((w for w in writes if w.sync_failures), None)
+    if unsynced is not None:  # not fatal: the batch is written again (a replay) and its syncs with it
+        raise RuntimeError(f"flow {spec.flow}: {unsynced.tp[0]}-{unsynced.tp[1]}: the offset syncs were not "
+                           f"acknowledged by {spec.target}: {unsynced.sync_failures[0]}")
     return rows
 
 
@@ -205,6 +211,7 @@ class _PartitionWrite:
         # (error, key + value size, size with every header, index in write order)
         self.failures: list[tuple[KafkaError, int, int, int]] = []
         self.header_bytes: dict[int, int] = {}  # write index -> header bytes, for records of _LARGE_RECORD_BYTES
+        self.sync_failures: list[str] = []  # the partition's offset-sync records the target did not take
         if spec.exactly_once:
             if tp not in spec.unsynced:
                 self.mirrored = max(self.mirrored, _committed_position(spec, tp))
@@ -241,6 +248,8 @@ class _PartitionWrite:
         now = int(time.time() * 1000)
         producer, delivered, written, target = self.producer, self._delivered, self.written, spec.target
         for i, offset in enumerate(offsets):
+            if i & 63 == 63:
+                _confirm_lease(spec)  # W1 between confirmations: at most 64 records (a cached answer: a clock read)
             if offset < self.mirrored:
                 summary.skipped += 1
                 continue
@@ -254,7 +263,7 @@ class _PartitionWrite:
                 hdrs = [*(hdrs or ()), (provenance.HEADER,
                                         provenance.Provenance(spec.source, topic, partition, offset).encode())]
             key, value, ts = keys[i], values[i], stamps[i]
-            _produce(producer, remote, partition, key, value, ts, hdrs, delivered)
+            _produce(producer, remote, partition, key, value, ts, hdrs, delivered, spec)
             size = len(value or b"") + len(key or b"")
             if size >= _LARGE_RECORD_BYTES:  # a delivery report has no headers: what an error message needs
                 self.header_bytes[len(written)] = sum(len(k) + len(v or b"") for k, v in hdrs or ())
@@ -264,13 +273,14 @@ class _PartitionWrite:
             summary.last_timestamp = ts
         summary.records = len(written)
 
-    def settle(self, *, flushed: bool = False, looked_up: bool = True) -> _Summary:
+    def settle(self, *, flushed: bool = False, causes: list[int] | None = None) -> _Summary:
         """Wait for every acknowledgement, then record the offset syncs (and commit, exactly-once); a partition the
         target did not take in time is stuck (nothing of it counts).
 
-        `flushed`: the caller has flushed the shared producer and flushes it again after. `looked_up`: a stuck
-        partition's cause is looked up in the target's metadata.
+        `flushed`: the caller has flushed the shared producer and flushes it again after. `causes`: how many more
+        stuck partitions of the task get their cause looked up in the target's metadata.
         """
+        causes = causes if causes is not None else [1]
         spec, tp, producer, remote = self.spec, self.tp, self.producer, self.remote
         if remote is None:
             if spec.exactly_once:
@@ -279,7 +289,7 @@ class _PartitionWrite:
         if not flushed:
             _flush(producer, spec, [self])
         if self.failures and all(f[0].code() in _STUCK for f in self.failures):
-            return self._stuck(self.failures[0][0], looked_up)
+            return self._stuck(self.failures[0][0], causes)
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
             err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
@@ -290,24 +300,26 @@ class _PartitionWrite:
                               "records have no delivery report after flush")
         if tp not in spec.unsynced:
             _confirm_lease(spec)
-            _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)))
+            _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)),
+                          self._sync_delivered)
         if spec.exactly_once:
             try:
                 producer.commit_transaction()  # flushes the syncs with the records
             except KafkaException as exc:
                 if exc.args[0].code() not in _STUCK or not exc.args[0].txn_requires_abort():
                     raise
-                return self._stuck(exc.args[0], looked_up)
+                return self._stuck(exc.args[0], causes)
         elif not flushed:
             _flush(producer, spec, [self])
         return self.summary
 
-    def _stuck(self, err: KafkaError, looked_up: bool) -> _Summary:
+    def _stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
         """Nothing of the partition's batch counts: no offset syncs (at-least-once: what landed is written again
         when the driver resumes the partition, a replay), the transaction aborted (exactly-once)."""
         if self.spec.exactly_once:
             self.producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
-        cause = _leader(self.producer, self) if looked_up else "not looked up"
+        cause = _leader(self.producer, self) if causes[0] > 0 else "cause not looked up (see the task's others)"
+        causes[0] -= 1
         summary = self.summary
         summary.stuck = f"{err.str()}; {cause}"
         summary.upstream_next = summary.downstream_next = -1
@@ -315,13 +327,17 @@ class _PartitionWrite:
         summary.records = summary.bytes = 0
         return summary
 
+    def _sync_delivered(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.sync_failures.append(err.str())
+
     @property
     def unacknowledged(self) -> int:
         return len(self.written) - len(self.acked) - len(self.failures)
 
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
-             ts: int, headers: Any, delivered: Any) -> None:
+             ts: int, headers: Any, delivered: Any, spec: WriterSpec | None = None) -> None:
     deadline = 0.0
     while True:
         try:
@@ -330,6 +346,8 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
             return
         except BufferError:
             producer.poll(0.05)  # the local queue is full: wait for the target to take more (or expire it)
+            if spec is not None:
+                _confirm_lease(spec)  # the wait may be long: W1 before the record is handed over
         except KafkaException as exc:
             # A remote topic or partition the driver just created: this producer's metadata is older.
             if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
@@ -343,7 +361,7 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
 
 
 def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
-                  pairs: list[tuple[int, int]]) -> None:
+                  pairs: list[tuple[int, int]], delivered: Callable[[KafkaError | None, Any], None]) -> None:
     if summary.upstream_next < 0:
         return
     # Transaction markers and aborted records after the last visible record are read too.
@@ -361,13 +379,13 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
         first = Anchor(pairs[0][0], pairs[0][1], barrier=summary.replay,
                        origin=spec.downstream_next.get(tp, -1) < 0)
     position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
-    _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, None)
+    _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, delivered)
     summary.syncs = 1
 
 
 def _confirm_lease(spec: WriterSpec) -> None:
     if spec.lease_member is not None:
-        LeaseGuard.confirm(spec.flow, spec.lease_member, dict(spec.target_admin_settings))
+        LeaseGuard.confirm(spec.flow, spec.lease_member, dict(spec.target_admin_settings), spec.lease_own_ids)
 
 
 def _task_attempt() -> int:
@@ -504,7 +522,7 @@ _FENCING_THREADS = 32
 
 
 def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, Any],
-          partitions: list[TopicPartition], keep_alive: Callable[[], object] = lambda: None,
+          partitions: list[TopicPartition], keep_alive: Callable[[], object] = lambda: True,
           threads: int = _FENCING_THREADS) -> None:
     """Abort every transaction a crashed instance of the flow left open, and fence its writers.
 
@@ -529,7 +547,8 @@ def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, A
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
             for future in done:
                 future.result()  # the first failure, as it is
-            keep_alive()
+            if keep_alive() is False:
+                raise OperationalError(f"flow {flow}: the lease was lost while fencing; nothing more is fenced")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # after a failure, the ids not yet begun are not tried
     log.info("flow %s: fenced %d transactional writers in %.1f s", flow, len(spec_ids), time.monotonic() - begun)
