@@ -6,8 +6,8 @@ Two local clusters (ports 26892 and 26992) under a temporary MIRRORFLOW_HOME. Fo
 new topic gets RECORDS records of VALUE_BYTES bytes spread evenly over its partitions, then `mirrorflow stream`
 starts on a flow that replicates only that topic. Start-up is the time from the launch until the first copy is
 counted, throughput the records counted after the first micro-batch over the time until the last (micro-batches
-of PER_BATCH records; the stream's own /status, polled every 0.25 s). Each row is one run. Prints a Markdown table; writes
-bench-eos-results.json.
+of PER_BATCH records; the stream's own /status, polled every 0.25 s). Each row is one run. Prints a Markdown table;
+writes bench-eos-results.json.
 """
 
 from __future__ import annotations
