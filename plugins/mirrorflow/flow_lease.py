@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -192,7 +193,7 @@ class LeaseGuard:
     _confirmed: ClassVar[dict[tuple[str, str], float]] = {}  # (flow, member id) -> monotonic time last confirmed
 
     @classmethod
-    def confirm(cls, flow: str, member_id: str, admin_settings: dict[str, Any], own_ids: tuple[str, ...] = (),
+    def confirm(cls, flow: str, member_id: str, admin_settings: Mapping[str, Any], own_ids: tuple[str, ...] = (),
                 wait_s: float = 2 * SESSION_TIMEOUT_MS / 1000) -> None:
         """Return once the lease is confirmed (at once if it was within CONFIRMED_FOR_S); raise LeaseSuperseded
         if another instance holds it, OperationalError if the group cannot tell within `wait_s` (a rebalance,
@@ -207,7 +208,7 @@ class LeaseGuard:
             if admin is None:
                 if len(cls._admins) >= 64:
                     cls._admins.clear()
-                admin = cls._admins[flow] = AdminClient(admin_settings)
+                admin = cls._admins[flow] = AdminClient(dict(admin_settings))
             asked = time.monotonic()  # a confirmation counts from before the question, never from the answer
             try:
                 described = describe(admin, flow, timeout_s=min(max(deadline - asked, 1.0), 5.0))

@@ -165,13 +165,7 @@ class _Driver:
         self.stop_watch.start()
         self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
         self.lease.acquire()
-        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
-        clean = created or syncs.release is not None  # no earlier instance, or it stopped cleanly
-        self.lease.wait_out_previous_writer(clean)
-        if syncs.release is not None:
-            self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
-        self._fence()
-        self._load_syncs(syncs if clean else None)
+        self._take_over(fresh=created)
         self.metrics.observe_source_ends({})
         if self.flow.flag("emit.heartbeats.enabled"):
             self.heartbeats = HeartbeatEmitter(self.flow, self.target)
@@ -183,6 +177,18 @@ class _Driver:
         mode = "exactly-once" if self.exactly_once else "at-least-once"
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
+
+    def _take_over(self, fresh: bool) -> None:
+        """With the lease just held (at start, or regained): wait out the previous holder's writes unless it stopped
+        cleanly or there was none (`fresh`: the offset-syncs topic was just created; W3), then fence and load."""
+        assert self.lease is not None
+        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+        clean = fresh or syncs.release is not None
+        self.lease.wait_out_previous_writer(clean)
+        if syncs.release is not None:
+            self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
+        self._fence()
+        self._load_syncs(syncs if clean else None)
 
     def _fence(self) -> None:
         """Exactly-once: fence every transactional id of the flow's partitions (at start, after the lease was
@@ -253,7 +259,7 @@ class _Driver:
         if member is None or self.lease is None:
             return
         try:
-            LeaseGuard.confirm(self.flow.name, member, dict(self.target_admin_settings), self.lease.own_ids)
+            LeaseGuard.confirm(self.flow.name, member, self.target_admin_settings, self.lease.own_ids)
         except LeaseSuperseded as exc:
             raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
 
@@ -452,13 +458,7 @@ class _Driver:
                             "held again", self.flow.name)
                 self.metrics.set_state("paused", "lease lost")
                 self.lease.regain()
-                # Another instance (or a reset) may have held the lease meanwhile: wait out its writes as at a start.
-                syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
-                self.lease.wait_out_previous_writer(syncs.release is not None)
-                if syncs.release is not None:
-                    self._write_syncs([Release(None)])
-                self._load_syncs(syncs if syncs.release is not None else None)
-                self._fence()
+                self._take_over(fresh=False)  # another instance or a reset may have held it meanwhile
                 for stuck in list(self.stuck.values()):  # the target is back: try paused partitions at once
                     stuck.retry_at = 0.0
                 return _LEASE_REGAINED

@@ -385,7 +385,7 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
 
 def _confirm_lease(spec: WriterSpec) -> None:
     if spec.lease_member is not None:
-        LeaseGuard.confirm(spec.flow, spec.lease_member, dict(spec.target_admin_settings), spec.lease_own_ids)
+        LeaseGuard.confirm(spec.flow, spec.lease_member, spec.target_admin_settings, spec.lease_own_ids)
 
 
 def _task_attempt() -> int:
