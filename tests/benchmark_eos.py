@@ -1,6 +1,6 @@
 """The stream at 12 and at 1,200 source partitions, at-least-once and exactly-once: start-up and throughput.
 
-    make bench-eos                  # or: .venv/bin/python tests/benchmark_eos.py
+    make bench-eos                  # or: .venv/bin/python tests/benchmark_eos.py [MODE:PARTITIONS ...]
 
 Two local clusters (ports 26892 and 26992) under a temporary MIRRORFLOW_HOME. For each mode and partition count a
 new topic gets RECORDS records of VALUE_BYTES bytes spread evenly over its partitions, then `mirrorflow stream`
@@ -101,12 +101,13 @@ def main() -> None:
     cfg = config.from_text(f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SOURCE_PORT}\n"
                            f"dst.bootstrap.servers = 127.0.0.1:{TARGET_PORT}\n", source="bench")
     local.up(cfg)
+    runs = [(m, int(n)) for m, n in (a.split(":") for a in sys.argv[1:])] or [
+        (mode, partitions) for mode in ("at-least-once", "exactly-once") for partitions in (12, 1200)]
     rows = []
     try:
-        for mode in ("at-least-once", "exactly-once"):
-            for partitions in (12, 1200):
-                rows.append(_run(home, mode, partitions))
-                print(rows[-1], flush=True)
+        for mode, partitions in runs:
+            rows.append(_run(home, mode, partitions))
+            print(rows[-1], flush=True)
     finally:
         local.down(cfg, purge=True)
     print(f"\n{RECORDS:,} records of {VALUE_BYTES} bytes, one run each\n")

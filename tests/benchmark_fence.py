@@ -4,8 +4,9 @@
 
 One local cluster (port 26792) under a temporary MIRRORFLOW_HOME. For 12 and 1,200 source partitions the ids are
 initialised once untimed (the coordinator creates their state, as a flow's first start does), then fenced
-sequentially and concurrently, each timed once: `mirrorflow stream` does exactly this at every start and before
-every query restart. Prints a Markdown table; writes bench-fence-results.json.
+sequentially and concurrently, each timed once. Versions before task slots fenced one id per source partition at
+every start and before every query restart; now only a flow upgraded from them does, once (a flow fences one id per
+task slot). Prints a Markdown table; writes bench-fence-results.json.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-fence-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     from mirrorflow import config, local
-    from mirrorflow.stream_writer import fence
+    from mirrorflow.stream_writer import fence, partition_transactional_id
 
     cfg = config.from_text(f"clusters = eos\neos.bootstrap.servers = 127.0.0.1:{PORT}\n", source="bench")
     local.up(cfg)
@@ -32,12 +33,12 @@ def main() -> None:
     rows = []
     try:
         for n in (12, 1200):
-            partitions = [(f"bench-{n}", p) for p in range(n)]
-            fence("bench", "src", "eos", settings, partitions, threads=64)  # the ids' first start, untimed
+            partitions = [partition_transactional_id("src", "eos", (f"bench-{n}", p)) for p in range(n)]
+            fence("bench", "eos", settings, partitions, threads=64)  # the ids' first start, untimed
             timed = {}
             for label, threads in (("sequential", 1), ("32 at a time", 32)):
                 begun = time.monotonic()
-                fence("bench", "src", "eos", settings, partitions, threads=threads)
+                fence("bench", "eos", settings, partitions, threads=threads)
                 timed[label] = time.monotonic() - begun
             rows.append({"partitions": n, **{k: round(v, 2) for k, v in timed.items()},
                          "ratio": round(timed["sequential"] / timed["32 at a time"], 1)})

@@ -53,3 +53,12 @@ def test_snapshot_and_prometheus_use_mm2_names_and_lag() -> None:
     assert 'mirrorflow_record_count_total{flow="A->B",source="A",target="B",topic="t",partition="0"} 3' in text
     assert "mirrorflow_replication_lag_records{" in text and "mirrorflow_replication_latency_ms_p99{" in text
     assert "lag 15 records" in metrics.progress_line(snap)
+
+
+def test_the_progress_line_names_three_stuck_partitions_and_counts_the_rest() -> None:
+    fm = metrics.FlowMetrics("A->B", "A", "B")
+    for p in range(5):
+        fm.observe_stuck(("t", p), "no leader", 0)
+    line = metrics.progress_line(fm.snapshot())
+    assert line.count("STUCK (paused): no leader") == 3 and "and 2 more partition(s) STUCK (paused)" in line
+    assert len(fm.snapshot()["stuck-partitions"]) == 5

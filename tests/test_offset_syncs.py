@@ -98,3 +98,9 @@ def test_old_runs_become_anchors_at_their_ends_with_a_barrier_wherever_a_run_doe
 def test_the_topic_is_named_after_the_source_and_is_internal_by_default() -> None:
     assert offset_syncs.topic_name("primary") == "mirrorflow-offset-syncs.primary.internal"
     assert offset_syncs.is_offset_syncs_topic(offset_syncs.topic_name("a", "_"))
+
+
+def test_the_writers_record_round_trips_and_is_one_per_flow() -> None:
+    record = offset_syncs.Writers(4)
+    assert offset_syncs.decode(record.key(), record.value()) == (("", 0), record)
+    assert record.key() == offset_syncs.Writers(9).key()

@@ -45,6 +45,11 @@ def _cli(cfg: Path, *args: str) -> Any:
     return json.loads(out.stdout)
 
 
+def _committed(bootstrap: str, topic: str) -> int:
+    """Records a read_committed consumer sees in the topic's partition 0 (transaction markers take offsets too)."""
+    return len(read_partition(bootstrap, topic, 0, committed=True, timeout=10)) if end_offsets(bootstrap, topic) else 0
+
+
 def _produce(topic: str, partitions: int, n: int, tag: str) -> None:
     p = producer(ALPHA)
     for partition in range(partitions):
@@ -359,52 +364,61 @@ def test_a_frozen_instance_writes_nothing_after_another_takes_its_lease_over(
                 stream.stop()
 
 
+@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
 def test_a_partition_the_target_does_not_take_is_paused_and_named_while_the_rest_flow(
-        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+        stream_clusters: config.MirrorConfig, tmp_path: Path, mode: str) -> None:
+    eos = mode == "exactly-once"
+    t = "jax" if eos else "jam"  # the topics' name base: the clusters outlive a test
     cfg = tmp_path / "mirror.properties"
-    cfg.write_text(config_text(("jam", "road"), (PORTS["alpha"], PORTS["beta"]), ["jam->road"], "topics = jam\\..*\n"))
+    cfg.write_text(config_text(("jam", "road"), (PORTS["alpha"], PORTS["beta"]), ["jam->road"], f"topics = {t}\\..*\n"
+                               + ("road.exactly.once.source.support = enabled\n" if eos else "")))
     stream = StreamProcess(cfg, "jam->road", tmp_path / "stream")
-    stream.start("--metrics-port", str(STUCK_METRICS_PORT))  # its internal topics on beta's first broker
+    # Exactly-once on one core: one task writes both topics, so the stuck partition's transaction aborts the other's
+    # records too, which are written again at once. Its internal topics live on beta's first broker.
+    stream.start("--metrics-port", str(STUCK_METRICS_PORT), *(["--master", "local[1]"] if eos else []))
     two = tmp_path / "beta-two-brokers.properties"
     two.write_text(f"clusters = beta\nbeta.bootstrap.servers = {BETA},127.0.0.1:{BETA_2}\n")
     beta_two = config.load(two)
     [second_broker] = [b for b in local.local_brokers(beta_two, ["beta"]) if b.node_id == 2]
     try:
         wait_for(lambda: "partitions known from the offset syncs" in stream.output(), 120, "the stream", stream)
-        # A second broker joins beta; the remote topic of jam.stuck lives on it alone, jam.flowing's on the first.
+        # A second broker joins beta; the stuck topic's remote topic lives on it alone, the flowing one's on the first.
         local.up(beta_two, ["beta"])
         target = AdminClient({"bootstrap.servers": BETA, **QUIET})
-        for topic, broker in (("jam.jam.stuck", 2), ("jam.jam.flowing", 1)):
+        for topic, broker in ((f"jam.{t}.stuck", 2), (f"jam.{t}.flowing", 1)):
             target.create_topics([NewTopic(topic, 1, replica_assignment=[[broker]])])[topic].result(30)
-        local.stop(second_broker)  # the only replica of jam.jam.stuck's partition: it has no leader from the start
-        create_topic(ALPHA, "jam.stuck", 1)
-        create_topic(ALPHA, "jam.flowing", 1)
-        _produce("jam.stuck", 1, 50, "s")
-        _produce("jam.flowing", 1, 50, "f")
-        wait_for(lambda: "jam.stuck-0 STUCK" in stream.output(), 180, "the stuck partition named", stream)
+        local.stop(second_broker)  # the only replica of the stuck remote partition: it has no leader from the start
+        create_topic(ALPHA, f"{t}.stuck", 1)
+        create_topic(ALPHA, f"{t}.flowing", 1)
+        _produce(f"{t}.stuck", 1, 50, "s")
+        _produce(f"{t}.flowing", 1, 50, "f")
+        wait_for(lambda: f"{t}.stuck-0 STUCK" in stream.output(), 180, "the stuck partition named", stream)
         assert "no leader" in stream.output(), stream.output()[-3000:]
-        _produce("jam.stuck", 1, 30, "s2")
-        _produce("jam.flowing", 1, 30, "f2")
-        wait_for(lambda: end_offsets(BETA, "jam.jam.flowing") == [80], 20, "the other topic, while one is stuck",
-                 stream)
+        _produce(f"{t}.stuck", 1, 30, "s2")
+        _produce(f"{t}.flowing", 1, 30, "f2")
+        wait_for(lambda: _committed(BETA, f"jam.{t}.flowing") == 80, 60 if eos else 20,
+                 "the other topic, while one is stuck", stream)
         with urllib.request.urlopen(f"http://127.0.0.1:{STUCK_METRICS_PORT}/metrics", timeout=10) as answer:
             text = answer.read().decode()
-        assert 'mirrorflow_stuck{flow="jam->road",source="jam",target="road",topic="jam.stuck",partition="0"} 1' in text
+        labels = f'flow="jam->road",source="jam",target="road",topic="{t}.stuck",partition="0"'
+        assert f"mirrorflow_stuck{{{labels}}} 1" in text
         wait_for(lambda: bool(_cli(cfg, "status", "--flow", "jam->road")[0].get("stuck-partitions")), 30,
                  "the status file", stream)
         [stuck] = _cli(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
-        assert (stuck["topic"], stuck["partition"]) == ("jam.stuck", 0) and "no leader" in stuck["why"], stuck
+        assert (stuck["topic"], stuck["partition"]) == (f"{t}.stuck", 0) and "no leader" in stuck["why"], stuck
         # A restart while it is stuck, before it ever had a copy, resumes it from its first record.
         assert stream.stop() == 0
         stream.start()
         local.up(beta_two, ["beta"])
-        wait_for(lambda: end_offsets(BETA, "jam.jam.stuck") == [80], 240, "the paused partition, resumed", stream)
-        assert [m.value() for m in read_partition(BETA, "jam.jam.stuck", 0)] == (
+        wait_for(lambda: _committed(BETA, f"jam.{t}.stuck") == 80, 240, "the paused partition, resumed", stream)
+        assert [m.value() for m in read_partition(BETA, f"jam.{t}.stuck", 0, committed=True)] == (
             [f"s-0-{i}".encode() for i in range(50)] + [f"s2-0-{i}".encode() for i in range(30)])
-        assert [m.value() for m in read_partition(BETA, "jam.jam.flowing", 0)] == (
+        assert [m.value() for m in read_partition(BETA, f"jam.{t}.flowing", 0, committed=True)] == (
             [f"f-0-{i}".encode() for i in range(50)] + [f"f2-0-{i}".encode() for i in range(30)])
         assert stream.stop() == 0
         assert not _cli(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
+        first_run = (tmp_path / "stream" / "stream-1.log").read_text(errors="replace")
+        assert ("aborted with the transaction of a stuck one" in first_run) == eos, first_run[-3000:]
     finally:
         if stream.proc is not None:
             stream.stop()

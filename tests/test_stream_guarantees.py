@@ -11,6 +11,7 @@ import random
 import subprocess
 import sys
 import time
+import urllib.request
 from collections import Counter
 from pathlib import Path
 
@@ -34,6 +35,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
 BOTH = (PORTS["alpha"], PORTS["beta"])
+KEEP_METRICS_PORT = 25466
 
 
 def _write_config(tmp: Path, aliases: tuple[str, str], flows: list[str], extra: str) -> Path:
@@ -73,6 +75,34 @@ def test_exactly_once_survives_three_kill_9s_and_fences_a_second_instance(
         assert duplicates == [], f"partition {partition}: {len(duplicates)} duplicates, e.g. {duplicates[:5]}"
         assert got == list(range(source_ends[partition])), partition
     assert stream.stop() == 0, stream.output()[-2000:]
+
+
+def test_exactly_once_keeps_one_transactional_producer_per_task_slot_across_batches(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = _write_config(tmp_path, ("keep", "kept"), ["keep->kept"],
+                        "keep->kept.topics = keep\\..*\nkept.exactly.once.source.support = enabled\n")
+    create_topic(ALPHA, "keep.many", 6)
+    stream = StreamProcess(cfg, "keep->kept", tmp_path / "stream")
+    # One core: one task slot, one Python worker. Before slots, every batch initialised one producer per partition.
+    stream.start("--master", "local[1]", "--max-records-per-batch", "60", "--metrics-port", str(KEEP_METRICS_PORT))
+    try:
+        p = producer(ALPHA)
+        for i in range(600):
+            p.produce("keep.many", f"k-{i}".encode(), partition=i % 6)
+        assert p.flush(30) == 0
+        wait_for(lambda: sum(len(read_partition(BETA, "keep.keep.many", n, committed=True, timeout=10))
+                             for n in range(6)) == 600 if end_offsets(BETA, "keep.keep.many") else False,
+                 240, "every record, once", stream)
+        with urllib.request.urlopen(f"http://127.0.0.1:{KEEP_METRICS_PORT}/status", timeout=10) as answer:
+            [status] = json.loads(answer.read())
+        assert status["batches"] >= 8, status["batches"]
+        assert status["transactional-producer-inits"] == 1, status["transactional-producer-inits"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{KEEP_METRICS_PORT}/metrics", timeout=10) as answer:
+            assert 'mirrorflow_transactional_producer_inits_total{flow="keep->kept"} 1' in answer.read().decode()
+        assert stream.stop() == 0
+    finally:
+        if stream.proc is not None and stream.proc.poll() is None:
+            stream.stop()
 
 
 @pytest.mark.parametrize("policy", ["default", "identity"])

@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -129,6 +129,7 @@ class FlowMetrics:
         self.error = ""
         self.pid, self.host = os.getpid(), socket.gethostname()
         self.held: dict[str, tuple[str, int]] = {}  # source topic -> (why, records not written since)
+        self.producer_inits = 0  # exactly-once: transactional producers initialised (each fences its id's last)
         self._lock = threading.Lock()
 
     def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -157,6 +158,10 @@ class FlowMetrics:
         with self._lock:
             m = self.partitions.get(tp)
             return m.refused if m is not None else 0
+
+    def count_producer_inits(self, inits: int) -> None:
+        with self._lock:
+            self.producer_inits += inits
 
     def hold(self, topic: str, why: str, records: int) -> None:
         """A topic the stream does not write (its remote topic is gone), and records passed over since."""
@@ -222,6 +227,7 @@ class FlowMetrics:
                 "flow": self.flow, "source": self.source, "target": self.target, "state": self.state,
                 "error": self.error, "pid": self.pid, "host": self.host,
                 "updated": now, "started": self.started, "batches": self.batches,
+                "transactional-producer-inits": self.producer_inits,
                 "last-batch": self.last_batch,
                 "record-count": sum(p["record-count"] for p in parts),
                 "byte-count": sum(p["byte-count"] for p in parts),
@@ -249,8 +255,16 @@ def progress_line(s: Mapping[str, Any]) -> str:
             f"{s['batches']} batches" + (f", {s['refused-count']} refused" if s.get("refused-count") else "")
             + (f", {s['lost-count']} LOST on the source before mirrored" if s.get("lost-count") else "")
             + "".join(f"; {h['topic']} HELD: {h['why']}" for h in s.get("held-topics", ()))
-            + "".join(f"; {x['topic']}-{x['partition']} STUCK (paused): {x['why']}"
-                      for x in s.get("stuck-partitions", ())))
+            + _stuck_text(s.get("stuck-partitions", ())))
+
+
+_STUCK_NAMED = 3  # stuck partitions a progress line names; `status` lists every one
+
+
+def _stuck_text(stuck: Sequence[Mapping[str, Any]]) -> str:
+    named = "".join(f"; {x['topic']}-{x['partition']} STUCK (paused): {x['why']}" for x in stuck[:_STUCK_NAMED])
+    more = len(stuck) - _STUCK_NAMED
+    return named + (f"; and {more} more partition(s) STUCK (paused): see status" if more > 0 else "")
 
 
 _PER_PARTITION = (
@@ -277,6 +291,10 @@ def prometheus_text(snapshots: Iterable[Mapping[str, Any]]) -> str:
                 labels = (f'flow="{s["flow"]}",source="{s["source"]}",target="{s["target"]}",'
                           f'topic="{p["topic"]}",partition="{p["partition"]}"')
                 lines.append(f"{metric}{{{labels}}} {p[name]}")
+    lines.append("# TYPE mirrorflow_transactional_producer_inits_total counter")
+    for s in snaps:
+        lines.append(f'mirrorflow_transactional_producer_inits_total{{flow="{s["flow"]}"}} '
+                     f'{s.get("transactional-producer-inits", 0)}')
     lines.append("# TYPE mirrorflow_up gauge")
     for s in snaps:
         lines.append(f'mirrorflow_up{{flow="{s["flow"]}"}} {1 if s["state"] == "running" else 0}')

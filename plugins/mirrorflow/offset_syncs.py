@@ -31,6 +31,10 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
   release key     {kind: int16 = 6, topic: string = "", partition: int32 = 0}
   release value   {version: int16 = 0, at_ms: int64}: the last holder of the flow's lease stopped cleanly (every
                   write acknowledged); tombstoned by the next holder when it starts (flow_lease, W3).
+  writers key     {kind: int16 = 7, topic: string = "", partition: int32 = 0}
+  writers value   {version: int16 = 0, slots: int32}: exactly-once writes use the transactional ids of task slots
+                  0..slots-1 (stream_writer.transactional_id); a new holder fences them all. Without this record the
+                  flow's writers may be those of versions before slots, one per source partition: fenced once.
   run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
                   consecutive offsets, never bounded); read once, turned into anchors and tombstoned.
 """
@@ -45,7 +49,7 @@ from typing import Any
 from mirrorflow import wire
 from mirrorflow.anchors import Anchor
 
-_RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION, _RESET, _RELEASE = 0, 1, 2, 3, 4, 5, 6
+_RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION, _RESET, _RELEASE, _WRITERS = 0, 1, 2, 3, 4, 5, 6, 7
 LOSS_RANGES = 8
 _BARRIER, _ORIGIN, _REPLAY = 1, 2, 1
 TopicPartition = tuple[str, int]
@@ -171,6 +175,19 @@ class Release:
 
 
 @dataclass(frozen=True)
+class Writers:
+    """How many task slots' transactional ids the flow's exactly-once writes have used (the most ever)."""
+
+    slots: int
+
+    def key(self) -> bytes:
+        return _partition_key(_WRITERS, "", 0)
+
+    def value(self) -> bytes:
+        return struct.pack(">hi", 0, self.slots)
+
+
+@dataclass(frozen=True)
 class OffsetRun:
     """The record of mirrorflow versions before anchors: upstream u..u+n-1 landed at d..d+n-1."""
 
@@ -189,7 +206,7 @@ class OffsetRun:
 
 def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
                                                      AnchorRecord | Position | OffsetRun | Loss | Incarnation
-                                                     | Reset | Release | None]:
+                                                     | Reset | Release | Writers | None]:
     """The partition an offset-syncs entry is about, and what it holds (None: a tombstone of a position or run)."""
     (kind,) = struct.unpack_from(">h", key, 0)
     topic, at = wire.read_string(key, 2)
@@ -214,6 +231,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
             fu, fd, flags = struct.unpack_from(">qqh", value, 18)
             first = Anchor(fu, fd, barrier=bool(flags & _REPLAY), origin=bool(flags & _ORIGIN)) if fd >= 0 else None
         return (topic, partition), Position(topic, partition, upstream_next, downstream_next, first)
+    if kind == _WRITERS:
+        return (topic, partition), Writers(struct.unpack_from(">i", value, 2)[0])
     if kind == _RESET:
         return (topic, partition), Reset(struct.unpack_from(">q", value, 2)[0])
     if kind == _INCARNATION:
@@ -248,9 +267,9 @@ def anchors_of_runs(runs: Iterable[OffsetRun]) -> list[Anchor]:
 class SyncsState:
     """A flow's offset syncs as the topic says now: positions, anchors by slot, losses, and not yet migrated runs.
 
-    Bounded by the topic's live content: one reset and one release record, one incarnation per topic, at most one
-    position, one loss and `limit` anchors per partition (runs only until the stream migrates them). Kept up to date
-    incrementally by `refresh()` (one long-lived reader).
+    Bounded by the topic's live content: one reset, one release and one writers record, one incarnation per topic,
+    at most one position, one loss and `limit` anchors per partition (runs only until the stream migrates them). Kept
+    up to date incrementally by `refresh()` (one long-lived reader).
     """
 
     def __init__(self, consumer_settings: Mapping[str, Any], topic: str, idle_timeout_s: float = 30.0) -> None:
@@ -263,6 +282,7 @@ class SyncsState:
         self.incarnations: dict[str, str] = {}  # source topic -> its topic ID, as the flow's state knows it
         self.reset: Reset | None = None
         self.release: Release | None = None  # the last holder of the lease stopped cleanly
+        self.writers: Writers | None = None  # the task slots exactly-once writes have used
         self._log = InternalLog(consumer_settings, topic, "offset syncs", idle_timeout_s=idle_timeout_s)
 
     def refresh(self) -> SyncsState:
@@ -284,6 +304,8 @@ class SyncsState:
                 self.reset = record
             elif isinstance(record, Release):
                 self.release = record if record.at_ms is not None else None
+            elif isinstance(record, Writers):
+                self.writers = record
             elif isinstance(record, Incarnation) and record.topic_id is not None:
                 self.incarnations[record.topic] = record.topic_id
             elif msg.value() is None:

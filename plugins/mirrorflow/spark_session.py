@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 import zipfile
@@ -29,6 +30,15 @@ def kafka_options(cluster: Cluster, **overrides: str) -> dict[str, str]:
     options = {f"kafka.{k}": v for k, v in java.items() if k not in _SPARK_OWNED}
     options.update({f"kafka.{k}": v for k, v in overrides.items()})
     return options
+
+
+def local_cores(master: str) -> int | None:
+    """The cores a `local`, `local[N]`, `local[*]` or `local[N,F]` master runs tasks on; None for other masters."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    cores = match.group(1)
+    return 1 if cores is None else os.cpu_count() or 1 if cores == "*" else int(cores)
 
 
 def under_spark_submit() -> bool:

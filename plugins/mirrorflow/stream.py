@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import shutil
 import signal
@@ -61,7 +62,7 @@ from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.filters import java_regex_to_python
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
 from mirrorflow.heartbeats import HeartbeatEmitter
-from mirrorflow.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release
+from mirrorflow.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release, Writers
 from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class _Stuck:
     retry_at: float
     pause: float
     paused: bool = True
+    aborted: bool = False  # not stuck itself: its records were aborted with a stuck partition's transaction
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,7 @@ class _Driver:
         self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
         self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
         self.stuck: dict[tuple[str, int], _Stuck] = {}  # bounded by the flow's partitions
+        self.writer_slots: int | None = None  # exactly-once: task slots whose transactional ids were used (syncs)
         self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
         self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
@@ -174,6 +177,8 @@ class _Driver:
             self.server = metrics.serve(self.options.metrics_port, [self.metrics])
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
                                          self.options.driver_memory)
+        if self.exactly_once and self._task_slots() > (self.writer_slots or 0):
+            self._fence()  # the session has more cores than the master said: their ids fenced and recorded too
         mode = "exactly-once" if self.exactly_once else "at-least-once"
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
@@ -187,17 +192,34 @@ class _Driver:
         self.lease.wait_out_previous_writer(clean)
         if syncs.release is not None:
             self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
-        self._fence()
+        self.writer_slots = syncs.writers.slots if syncs.writers is not None else None
+        self._fence(upgraded=syncs.writers is None and not fresh)
         self._load_syncs(syncs if clean else None)
 
-    def _fence(self) -> None:
-        """Exactly-once: fence every transactional id of the flow's partitions (at start, after the lease was
+    def _fence(self, upgraded: bool = False) -> None:
+        """Exactly-once: fence every transactional id of the flow's task slots (at start, after the lease was
         regained, and before a restarted query, whose tasks may have died mid-transaction), serving the lease
-        meanwhile. Only under a confirmed lease (W1): a zombie that initialised the ids would fence the owner."""
-        if self.exactly_once:
-            self._confirm_lease()
-            stream_writer.fence(self.flow.name, self.flow.source, self.flow.target, self.producer_settings,
-                                self._source_partitions(), self.lease.keep if self.lease is not None else lambda: True)
+        meanwhile; `upgraded`: the ids of a version before slots too, one per source partition (then recorded as
+        done). Only under a confirmed lease (W1): a zombie that initialised the ids would fence the owner."""
+        if not self.exactly_once:
+            return
+        self._confirm_lease()
+        slots = max(self.writer_slots or 0, self._task_slots())
+        ids = [stream_writer.transactional_id(self.flow.source, self.flow.target, i) for i in range(slots)]
+        if upgraded:
+            ids += [stream_writer.partition_transactional_id(self.flow.source, self.flow.target, tp)
+                    for tp in self._source_partitions()]
+        stream_writer.fence(self.flow.name, self.flow.target, self.producer_settings, ids,
+                            self.lease.keep if self.lease is not None else lambda: True)
+        if slots != self.writer_slots:
+            self._write_syncs([Writers(slots)])
+            self.writer_slots = slots
+
+    def _task_slots(self) -> int:
+        """How many tasks write a micro-batch: one per core of the Spark session (the options' before it starts)."""
+        if self.spark is not None:
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        return spark_session.local_cores(self.options.master) or os.cpu_count() or 1
 
     def _load_syncs(self, syncs: offset_syncs.SyncsState | None = None) -> None:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
@@ -595,10 +617,11 @@ class _Driver:
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused)
         # One task per core, each writing several source partitions in turn (coalesce concatenates
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
-        tasks = max(1, self.spark.sparkContext.defaultParallelism)
+        tasks = self._task_slots()
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
                 .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
+        self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
         for r in rows:
             if r["topic"] in self.held:
                 self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
@@ -651,13 +674,16 @@ class _Driver:
         they had one (where their batch started: a later start, from any checkpoint, resumes there)."""
         out, first_positions = [], []
         now = time.monotonic()
+        aborted = 0
         for r in rows:
             tp = (r["topic"], r["partition"])
             if tp in paused:
-                self.metrics.observe_stuck(tp, self.stuck[tp].why, r["filtered"])
+                if not self.stuck[tp].aborted:
+                    self.metrics.observe_stuck(tp, self.stuck[tp].why, r["filtered"])
                 continue
-            if r["stuck"] is None:
-                if self.stuck.pop(tp, None) is not None:
+            if r["stuck"] is None and not r["aborted"]:
+                known = self.stuck.pop(tp, None)
+                if known is not None and not known.aborted:
                     self.metrics.observe_stuck(tp, None, 0)
                     log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
                 out.append(r)
@@ -665,6 +691,15 @@ class _Driver:
             if self.mirrored.get(tp, -1) < 0 and r["first_offset"] is not None:
                 self.mirrored[tp] = r["first_offset"]
                 first_positions.append(Position(tp[0], tp[1], r["first_offset"], self.downstream_next.get(tp, -1)))
+            if r["aborted"]:  # written again at once (the query restarts at the positions), not a stuck partition
+                aborted += 1
+                known = self.stuck.get(tp)
+                if known is None:
+                    self.stuck[tp] = _Stuck("aborted with a stuck partition's transaction", time.time(), now, 0.0,
+                                            aborted=True)
+                else:  # a stuck partition tried again: it did not fail itself, so it is written again at once
+                    known.paused, known.retry_at = True, now
+                continue
             known = self.stuck.get(tp)
             pause = _STUCK_PAUSE_S if known is None else min(known.pause * 2, _STUCK_PAUSE_MAX_S)
             self.stuck[tp] = _Stuck(r["stuck"], known.since if known else time.time(), now + pause, pause)
@@ -672,6 +707,9 @@ class _Driver:
             log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
                         "at offset %d, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
                         self.flow.target, DELIVERY_TIMEOUT_MS / 1000, r["stuck"], self.mirrored.get(tp, -1), pause)
+        if aborted:
+            log.info("flow %s: %d partition(s) aborted with the transaction of a stuck one (they shared its task); "
+                     "written again from their positions", self.flow.name, aborted)
         return out, first_positions
 
     def _hold_gone_remotes(self, replicated: Mapping[str, int], grown: Mapping[str, int]) -> None:

@@ -9,25 +9,32 @@ It yields one summary row per source partition for the driver's progress and met
 
 Delivery:
   at-least-once  idempotent producer, acks=all; syncs are written only after the data is acknowledged.
-  exactly-once   one transactional producer per source partition (`transactional.id` derived from
-                 flow, topic and partition, so a zombie or a second instance is fenced); the records
-                 and the partition's offset syncs are committed in one transaction.
+  exactly-once   one transactional producer per task slot (`transactional.id` derived from flow and
+                 the task's index in the batch, so a retried task or a second instance fences the
+                 earlier writer of that slot), kept by the Python worker across batches; a task's records
+                 and its partitions' offset syncs are committed in one transaction.
 In both modes records below the partition's committed position (already in the target, known from
 the offset syncs) are skipped, so a replayed batch never writes them twice in exactly-once mode.
 Every record is handed over only under a confirmed lease and expires if not sent within
 DELIVERY_TIMEOUT_MS (flow_lease, W1 and W2). A partition whose records the target did not take in that time
 (no leader, a quota, a full disk, too few in-sync replicas) is *stuck*: its records of the batch count for
-nothing (no offset syncs; exactly-once: its transaction aborts), its summary says why, and the driver pauses
-it while every other partition goes on.
+nothing (no offset syncs), its summary says why, and the driver pauses it while every other partition goes on.
+Exactly-once, the task's transaction aborts with it: the task's other partitions are *aborted* (their summaries
+say so) and the driver writes them again at once, the stuck one paused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -49,7 +56,8 @@ SUMMARY_SCHEMA = (
     "upstream_next long, downstream_next long, first_upstream long, first_downstream long, "
     "last_upstream long, last_downstream long, replay boolean, syncs long, "
     "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
-    "age_min long, age_max long, age_sum long, last_timestamp long, stuck string"
+    "age_min long, age_max long, age_sum long, last_timestamp long, stuck string, aborted boolean, "
+    "producer_inits long"
 )
 FATAL = "mirrorflow-fatal: "
 # Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
@@ -106,21 +114,40 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
     Records are produced as Arrow batches arrive, so Spark's reading and the producing overlap.
     """
     writes: dict[TopicPartition, _PartitionWrite] = {}
+    producer: Producer | None = None
+    kept = False  # exactly-once: the producer was initialised by an earlier task of this worker
     try:
+        committed: Mapping[TopicPartition, int] = {}
+        if spec.exactly_once:
+            producer, kept = _transactional_producer(spec)
+            producer.begin_transaction()
+            committed = _committed_positions(spec)
+        else:
+            producer = _idempotent_producer(spec)
         for batch in batches:
             for tp, part in _by_partition(batch):
                 write = writes.get(tp)
                 if write is None:
-                    write = writes[tp] = _PartitionWrite(spec, tp)
+                    write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp, -1))
                 write.write(part)
-        rows = _settle(spec, list(writes.values()))
+        if spec.exactly_once:
+            rows = _settle_transaction(spec, producer, list(writes.values()))
+            if rows and not kept:
+                rows[0]["producer_inits"] = 1
+        else:
+            rows = _settle(spec, producer, list(writes.values()))
     except LeaseSuperseded as exc:
-        for producer in {id(w.producer): w.producer for w in writes.values()}.values():
+        if producer is not None:
             producer.purge(in_queue=True, in_flight=False, blocking=False)  # nothing queued may still go out
+        _discard(spec)
         raise RuntimeError(str(exc)) from None  # the driver finds the lease lost and stops (or regains it)
     except KafkaException as exc:
+        _discard(spec)  # its transaction state is unknown: the task that next has the slot starts afresh
         err: KafkaError = exc.args[0]
         if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+            if kept:  # Not fatal: a worker on another host had the slot since (local workers leave a mark).
+                raise RuntimeError(f"flow {spec.flow}: the task slot's transactional producer was fenced by another "
+                                   f"worker of this flow since its last batch: {err.str()}") from None
             raise MirrorError(f"flow {spec.flow}: fenced: another writer initialised this flow's transactional ids "
                               f"on {spec.target} (a second instance of the flow, or a task of a stopped one): "
                               f"{err.str()}") from None
@@ -130,25 +157,54 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
             raise RuntimeError(f"flow {spec.flow}: {spec.target} aborted a transaction (it outlived "
                                f"transaction.timeout.ms = {_TRANSACTION_TIMEOUT_MS} ms?): {err.str()}") from None
         raise
+    except BaseException:
+        _discard(spec)
+        raise
     if rows:
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
 
 
-def _settle(spec: WriterSpec, writes: list[_PartitionWrite]) -> list[dict[str, Any]]:
-    """Every write acknowledged, then its offset syncs recorded: one flush for the whole task when
-    the writes share the idempotent producer, one transaction per partition in exactly-once mode."""
+def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite]) -> list[dict[str, Any]]:
+    """At-least-once: every write acknowledged (one flush for the task), then each partition's offset syncs
+    recorded, unless the target did not take its records in time (stuck)."""
     causes = [_CAUSES_PER_TASK]  # stuck partitions whose cause is still looked up
-    if spec.exactly_once:
-        return [w.settle(causes=causes).row() for w in writes]
-    shared = _idempotent_producer(spec)
-    _flush(shared, spec, writes)
-    rows = [w.settle(flushed=True, causes=causes).row() for w in writes]
-    _flush(shared, spec, writes)
+    _flush(producer, spec, writes)
+    rows = []
+    for w in writes:
+        err = w.failure()
+        if err is not None:
+            rows.append(w.stuck(err, causes).row())
+            continue
+        w.record_syncs()
+        rows.append(w.summary.row())
+    _flush(producer, spec, writes)
     unsynced = next((w for w in writes if w.sync_failures), None)
     if unsynced is not None:  # not fatal: the batch is written again (a replay) and its syncs with it
         raise RuntimeError(f"flow {spec.flow}: {unsynced.tp[0]}-{unsynced.tp[1]}: the offset syncs were not "
                            f"acknowledged by {spec.target}: {unsynced.sync_failures[0]}")
     return rows
+
+
+def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite]) -> list[dict[str, Any]]:
+    """Exactly-once: every write acknowledged, then the offset syncs added and the task's transaction committed.
+    If the target did not take a partition's records in time (or the commit in time), the transaction aborts: the
+    failed partitions are stuck, the others aborted (written again at once by the driver)."""
+    causes = [_CAUSES_PER_TASK]
+    _flush(producer, spec, writes)
+    failed = {w.tp: err for w in writes if (err := w.failure()) is not None}
+    if not failed:
+        for w in writes:
+            w.record_syncs()
+        _confirm_lease(spec)
+        try:
+            producer.commit_transaction()  # flushes the syncs with the records
+            return [w.summary.row() for w in writes]
+        except KafkaException as exc:
+            if exc.args[0].code() not in _STUCK or not exc.args[0].txn_requires_abort():
+                raise
+            failed = {w.tp: exc.args[0] for w in writes if w.remote is not None}
+    producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
+    return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).row() for w in writes]
 
 
 def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:
@@ -178,6 +234,7 @@ class _Summary:
         self.age = metrics.Distribution()
         self.last_timestamp = -1
         self.stuck: str | None = None  # why the target did not take the partition's records in time
+        self.aborted = False  # exactly-once: rolled back with the task's transaction, for another partition
 
     def row(self) -> dict[str, Any]:
         first, last = self.first, self.last
@@ -193,32 +250,33 @@ class _Summary:
             "latency_min": self.latency.minimum, "latency_max": self.latency.maximum,
             "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
             "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
-            "last_timestamp": self.last_timestamp, "stuck": self.stuck,
+            "last_timestamp": self.last_timestamp, "stuck": self.stuck, "aborted": self.aborted,
+            "producer_inits": 0,
         }
+
+    def discard(self) -> None:
+        """Nothing of the batch counts (its records are written again): no position, no mirrored record."""
+        self.upstream_next = self.downstream_next = -1
+        self.first = self.last = None
+        self.records = self.bytes = self.skipped = self.refused = 0
+        self.first_refused = None
 
 
 class _PartitionWrite:
     """One source partition's records within one task: produced as they come, settled at the end."""
 
-    def __init__(self, spec: WriterSpec, tp: TopicPartition) -> None:
-        self.spec, self.tp = spec, tp
+    def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer, committed: int = -1) -> None:
+        """`committed`: exactly-once, the position a failed attempt of this task may have committed."""
+        self.spec, self.tp, self.producer = spec, tp, producer
         self.summary = _Summary(tp)
         self.remote = None if tp in spec.paused else spec.remote.get(tp[0])
-        _confirm_lease(spec)  # before a transactional id is initialised too: a zombie never fences the owner
-        self.mirrored = spec.mirrored.get(tp, -1)
+        self.mirrored = spec.mirrored.get(tp, -1) if tp in spec.unsynced else max(spec.mirrored.get(tp, -1), committed)
         self.written: list[int] = []  # upstream offsets, in produce order
         self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
         # (error, key + value size, size with every header, index in write order)
         self.failures: list[tuple[KafkaError, int, int, int]] = []
         self.header_bytes: dict[int, int] = {}  # write index -> header bytes, for records of _LARGE_RECORD_BYTES
         self.sync_failures: list[str] = []  # the partition's offset-sync records the target did not take
-        if spec.exactly_once:
-            if tp not in spec.unsynced:
-                self.mirrored = max(self.mirrored, _committed_position(spec, tp))
-            self.producer = _transactional_producer(spec, tp)
-            self.producer.begin_transaction()
-        else:
-            self.producer = _idempotent_producer(spec)
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -273,23 +331,14 @@ class _PartitionWrite:
             summary.last_timestamp = ts
         summary.records = len(written)
 
-    def settle(self, *, flushed: bool = False, causes: list[int] | None = None) -> _Summary:
-        """Wait for every acknowledgement, then record the offset syncs (and commit, exactly-once); a partition the
-        target did not take in time is stuck (nothing of it counts).
-
-        `flushed`: the caller has flushed the shared producer and flushes it again after. `causes`: how many more
-        stuck partitions of the task get their cause looked up in the target's metadata.
-        """
-        causes = causes if causes is not None else [1]
-        spec, tp, producer, remote = self.spec, self.tp, self.producer, self.remote
+    def failure(self) -> KafkaError | None:
+        """Once flushed: why the target did not take the partition's records in time (it is stuck), or None (every
+        record acknowledged, or nothing to write); a record the target refused stops the flow (MirrorError)."""
+        spec, tp, remote = self.spec, self.tp, self.remote
         if remote is None:
-            if spec.exactly_once:
-                producer.abort_transaction()
-            return self.summary  # a topic the pattern matched but the flow does not replicate
-        if not flushed:
-            _flush(producer, spec, [self])
+            return None  # a topic the pattern matched but the flow does not replicate, or a paused partition
         if self.failures and all(f[0].code() in _STUCK for f in self.failures):
-            return self._stuck(self.failures[0][0], causes)
+            return self.failures[0][0]
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
             err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
@@ -298,34 +347,31 @@ class _PartitionWrite:
         if len(self.acked) != len(self.written):
             raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {len(self.written) - len(self.acked)} "
                               "records have no delivery report after flush")
-        if tp not in spec.unsynced:
-            _confirm_lease(spec)
-            _record_syncs(spec, producer, tp, self.summary, list(zip(self.written, self.acked, strict=True)),
-                          self._sync_delivered)
-        if spec.exactly_once:
-            try:
-                producer.commit_transaction()  # flushes the syncs with the records
-            except KafkaException as exc:
-                if exc.args[0].code() not in _STUCK or not exc.args[0].txn_requires_abort():
-                    raise
-                return self._stuck(exc.args[0], causes)
-        elif not flushed:
-            _flush(producer, spec, [self])
-        return self.summary
+        return None
 
-    def _stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
+    def record_syncs(self) -> None:
+        """Once every record is acknowledged: the partition's position (exactly-once: in the task's transaction)."""
+        if self.remote is not None and self.tp not in self.spec.unsynced:
+            _confirm_lease(self.spec)
+            _record_syncs(self.spec, self.producer, self.tp, self.summary,
+                          list(zip(self.written, self.acked, strict=True)), self._sync_delivered)
+
+    def stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
         """Nothing of the partition's batch counts: no offset syncs (at-least-once: what landed is written again
-        when the driver resumes the partition, a replay), the transaction aborted (exactly-once)."""
-        if self.spec.exactly_once:
-            self.producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
+        when the driver resumes the partition, a replay; exactly-once: the transaction aborted). `causes`: how many
+        more stuck partitions of the task get their cause looked up in the target's metadata."""
         cause = _leader(self.producer, self) if causes[0] > 0 else "cause not looked up (see the task's others)"
         causes[0] -= 1
-        summary = self.summary
-        summary.stuck = f"{err.str()}; {cause}"
-        summary.upstream_next = summary.downstream_next = -1
-        summary.first = summary.last = None
-        summary.records = summary.bytes = 0
-        return summary
+        self.summary.stuck = f"{err.str()}; {cause}"
+        self.summary.discard()
+        return self.summary
+
+    def aborted(self) -> _Summary:
+        """Exactly-once: the task's transaction aborted for another partition; nothing of this one counts."""
+        if self.remote is not None:
+            self.summary.aborted = True
+            self.summary.discard()
+        return self.summary
 
     def _sync_delivered(self, err: KafkaError | None, _msg: Any) -> None:
         if err is not None:
@@ -498,36 +544,80 @@ def _idempotent_producer(spec: WriterSpec) -> Producer:
     return producer
 
 
-def _transactional_id(spec: WriterSpec, tp: TopicPartition) -> str:
-    return transactional_id(spec.source, spec.target, tp)
+def transactional_id(source: str, target: str, slot: int) -> str:
+    """Stable per flow and task slot, so that any two writers of one slot fence each other."""
+    return f"mirrorflow-{source}-{target}.writer-{slot}"
 
 
-def transactional_id(source: str, target: str, tp: TopicPartition) -> str:
-    """Stable per flow and source partition, so that any two writers of one partition fence each other."""
+def partition_transactional_id(source: str, target: str, tp: TopicPartition) -> str:
+    """The id of versions before task slots: one per flow and source partition (fenced once, after an upgrade)."""
     return f"mirrorflow-{source}-{target}-{tp[0]}-{tp[1]}"
 
 
-def _transactional_producer(spec: WriterSpec, tp: TopicPartition) -> Producer:
-    # A fresh producer per task: its init aborts what an earlier attempt left open, and a producer
-    # cached in one Python worker would be fenced by the same id in another worker.
-    producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS,
-                         "transactional.id": _transactional_id(spec, tp),
+# Which producer of this host last initialised a transactional id: "pid:token", one small file per id. A worker
+# keeps its producer for the next task of the same slot only while the mark is still its own (Spark may run that
+# task in another worker, whose init fences this producer).
+_MARKS = Path(tempfile.gettempdir()) / "mirrorflow-writers"
+_TOKENS: dict[str, str] = {}  # transactional id -> the mark of this worker's producer
+
+
+def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
+    """The task slot's transactional producer, and whether an earlier task of this worker initialised it.
+
+    A retried task (attempt > 0) always initialises afresh: that aborts what the failed attempt left open.
+    """
+    slot = _task_slot()
+    tid = transactional_id(spec.source, spec.target, slot)
+    mark = _MARKS / hashlib.sha1(tid.encode()).hexdigest()
+    kept = _PRODUCERS.get(tid)
+    if kept is not None and _task_attempt() == 0 and _read_mark(mark) == _TOKENS.get(tid):
+        return kept, True
+    _discard(spec, tid)
+    _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
+    producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
                          "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS})
     producer.init_transactions(60)
-    return producer
+    token = f"{os.getpid()}:{uuid.uuid4().hex}"
+    _MARKS.mkdir(exist_ok=True)
+    staged = mark.with_suffix(f".{os.getpid()}")
+    staged.write_text(token)
+    staged.replace(mark)
+    _PRODUCERS[tid], _TOKENS[tid] = producer, token
+    return producer, False
+
+
+def _read_mark(mark: Path) -> str | None:
+    try:
+        return mark.read_text()
+    except OSError:
+        return None
+
+
+def _discard(spec: WriterSpec, tid: str | None = None) -> None:
+    """Forget this worker's producer of the task slot (exactly-once): the slot's next task initialises a new one."""
+    if spec.exactly_once:
+        tid = tid or transactional_id(spec.source, spec.target, _task_slot())
+        _PRODUCERS.pop(tid, None)
+        _TOKENS.pop(tid, None)
+
+
+def _task_slot() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
 
 
 _TRANSACTION_TIMEOUT_MS = 600_000
 _FENCING_THREADS = 32
 
 
-def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, Any],
-          partitions: list[TopicPartition], keep_alive: Callable[[], object] = lambda: True,
-          threads: int = _FENCING_THREADS) -> None:
+def fence(flow: str, target: str, producer_settings: Mapping[str, Any], transactional_ids: list[str],
+          keep_alive: Callable[[], object] = lambda: True, threads: int = _FENCING_THREADS) -> None:
     """Abort every transaction a crashed instance of the flow left open, and fence its writers.
 
     Until then the target's last stable offset stays behind those transactions, and the offset syncs
-    committed after them by other partitions would be invisible to a read_committed reader. The ids are
+    committed after them by other tasks would be invisible to a read_committed reader. The ids are
     initialised concurrently; `keep_alive` runs every half second meanwhile (the driver serves its lease).
     """
     def init(tid: str) -> None:
@@ -538,11 +628,10 @@ def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, A
         except KafkaException as exc:
             raise OperationalError(f"flow {flow}: cannot fence writer {tid} on {target}: {exc.args[0].str()}") from None
 
-    spec_ids = [transactional_id(source, target, tp) for tp in partitions]
     begun = time.monotonic()
     pool = ThreadPoolExecutor(threads, thread_name_prefix="mirrorflow-fence")
     try:
-        pending = {pool.submit(init, tid) for tid in spec_ids}
+        pending = {pool.submit(init, tid) for tid in transactional_ids}
         while pending:
             done, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
             for future in done:
@@ -551,15 +640,16 @@ def fence(flow: str, source: str, target: str, producer_settings: Mapping[str, A
                 raise OperationalError(f"flow {flow}: the lease was lost while fencing; nothing more is fenced")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)  # after a failure, the ids not yet begun are not tried
-    log.info("flow %s: fenced %d transactional writers in %.1f s", flow, len(spec_ids), time.monotonic() - begun)
+    log.info("flow %s: fenced %d transactional writers in %.1f s", flow, len(transactional_ids),
+             time.monotonic() - begun)
 
 
-def _committed_position(spec: WriterSpec, tp: TopicPartition) -> int:
-    """After a task retry, a previous attempt may have committed: ask the target, not the driver."""
+def _committed_positions(spec: WriterSpec) -> dict[TopicPartition, int]:
+    """After a task retry, a previous attempt may have committed: ask the target (once a task), not the driver."""
     if _task_attempt() == 0:
-        return -1
-    position = offset_syncs.read(spec.consumer_settings, spec.syncs_topic).positions.get(tp)
-    return position.upstream_next if position else -1
+        return {}
+    positions = offset_syncs.read(spec.consumer_settings, spec.syncs_topic).positions
+    return {tp: p.upstream_next for tp, p in positions.items()}
 
 
 _ARROW_SCHEMA = pa.schema([
@@ -571,5 +661,6 @@ _ARROW_SCHEMA = pa.schema([
     ("replay", pa.bool_()), ("syncs", pa.int64()),
     ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
     ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
-    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()),
+    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()), ("aborted", pa.bool_()),
+    ("producer_inits", pa.int64()),
 ])
