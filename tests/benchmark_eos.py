@@ -23,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE_PORT, TARGET_PORT, METRICS_PORT = 26892, 26992, 26995  # brokers use port + 1 for controllers
-RECORDS, VALUE_BYTES, PER_BATCH = 120_000, 512, 20_000
+RECORDS, VALUE_BYTES, PER_BATCH = 120_000, 512, 60_000
 QUIET = {"log_level": 3}
 
 
@@ -72,10 +72,12 @@ def _run(work: Path, mode: str, partitions: int) -> dict[str, object]:
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     first = done = None
     first_count = 0
+    status: dict[str, object] = {}
     try:
         deadline = launched + 1800
         while done is None and time.monotonic() < deadline and proc.poll() is None:
-            count = int((_status() or {}).get("record-count", 0) or 0)
+            status = _status() or status
+            count = int(status.get("record-count", 0) or 0)
             now = time.monotonic()
             if count and first is None:
                 first, first_count = now, count
@@ -89,7 +91,9 @@ def _run(work: Path, mode: str, partitions: int) -> dict[str, object]:
     if first is None or done is None:
         raise SystemExit(f"{mode} at {partitions} partitions did not finish: see {work / (topic + '.log')}")
     return {"mode": mode, "partitions": partitions, "start-up s": round(first - launched, 1),
-            "records/s": round((RECORDS - first_count) / max(done - first, 1e-3))}
+            "records/s": round((RECORDS - first_count) / max(done - first, 1e-3)), "batches": status.get("batches"),
+            "producer inits": status.get("transactional-producer-inits"),
+            "stuck": len(status.get("stuck-partitions") or ())}  # type: ignore[arg-type]
 
 
 def main() -> None:
@@ -111,9 +115,11 @@ def main() -> None:
     finally:
         local.down(cfg, purge=True)
     print(f"\n{RECORDS:,} records of {VALUE_BYTES} bytes, one run each\n")
-    print("| mode | source partitions | start-up until the first copy | records/s |\n|---|---:|---:|---:|")
+    print("| mode | source partitions | start-up until the first copy | records/s | micro-batches | "
+          "transactional producers initialised | partitions paused as stuck |\n|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['mode']} | {r['partitions']:,} | {r['start-up s']} s | {r['records/s']:,} |")
+        print(f"| {r['mode']} | {r['partitions']:,} | {r['start-up s']} s | {r['records/s']:,} | {r['batches']} | "
+              f"{r['producer inits']} | {r['stuck']} |")
     (REPO / "bench-eos-results.json").write_text(json.dumps(rows, indent=2) + "\n")
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 from py4j.protocol import Py4JError
 
@@ -147,6 +148,7 @@ class _Driver:
         self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
         self.stuck: dict[tuple[str, int], _Stuck] = {}  # bounded by the flow's partitions
         self.writer_slots: int | None = None  # exactly-once: task slots whose transactional ids were used (syncs)
+        self.fenced = 0  # exactly-once: when the slots' ids were last fenced (ns); workers' older producers are stale
         self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
         self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
@@ -177,8 +179,6 @@ class _Driver:
             self.server = metrics.serve(self.options.metrics_port, [self.metrics])
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
                                          self.options.driver_memory)
-        if self.exactly_once and self._task_slots() > (self.writer_slots or 0):
-            self._fence()  # the session has more cores than the master said: their ids fenced and recorded too
         mode = "exactly-once" if self.exactly_once else "at-least-once"
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
@@ -211,6 +211,7 @@ class _Driver:
                     for tp in self._source_partitions()]
         stream_writer.fence(self.flow.name, self.flow.target, self.producer_settings, ids,
                             self.lease.keep if self.lease is not None else lambda: True)
+        self.fenced = time.time_ns()
         if slots != self.writer_slots:
             self._write_syncs([Writers(slots)])
             self.writer_slots = slots
@@ -438,6 +439,7 @@ class _Driver:
             if error is _LEASE_REGAINED:
                 continue
             if _RECREATED in error or error is _RETRY_STUCK:
+                pause = self._recover(pause)  # the stop may have cut a batch short
                 self._new_checkpoint()
                 continue
             fatal = _fatal_message(error)
@@ -445,6 +447,7 @@ class _Driver:
                 self.metrics.set_state("failed", fatal)
                 raise OperationalError(fatal)
             if self._deleted_topics_reset():
+                pause = self._recover(pause)
                 continue
             failures = failures + 1 if self.metrics.batches == batches_before else 1
             if failures >= _GIVE_UP_AFTER:
@@ -456,19 +459,43 @@ class _Driver:
                         self.flow.name, _first_line(error), pause)
             self.stop_requested.wait(pause)
             self.held_due = self.incarnations_due = 0.0  # the failure may be a topic gone on either side
-            while not self.stop_requested.is_set():
-                try:
-                    self._fence()
-                    break
-                except OperationalError as exc:  # the target may still be down: wait, as for a failed start
-                    fatal = _fatal_message(str(exc))
-                    if fatal:  # another instance holds the lease
-                        self.metrics.set_state("failed", fatal)
-                        raise OperationalError(fatal) from None
-                    log.warning("%s; trying again in %.0f s", exc, pause)
-                    self.stop_requested.wait(pause)
-                    pause = min(pause * 2, 60.0)
+            pause = self._recover(pause)
             pause = min(pause * 2, 60.0) if self.metrics.batches == batches_before else 2.0
+
+    def _recover(self, pause: float) -> float:
+        """Before a query starts again after one that failed or was cut short: fence (exactly-once: no task of it
+        still has a transaction open or can commit one), then take the positions its tasks committed that the driver
+        never saw, so that the replay skips them. Tried again while the target is unreachable; the next pause."""
+        while not self.stop_requested.is_set():
+            try:
+                self._fence()
+                self._reload_positions()
+                break
+            except (OperationalError, KafkaException) as exc:  # the target may still be down, as for a failed start
+                fatal = _fatal_message(str(exc))
+                if fatal:  # another instance holds the lease
+                    self.metrics.set_state("failed", fatal)
+                    raise OperationalError(fatal) from None
+                log.warning("%s; trying again in %.0f s", exc, pause)
+                self.stop_requested.wait(pause)
+                pause = min(pause * 2, 60.0)
+        return pause
+
+    def _reload_positions(self) -> None:
+        """Positions in the offset syncs ahead of the driver's: written by tasks of a batch whose summaries never
+        came back. Adopted with where their next record lands, and their batch's first record as an anchor."""
+        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+        for tp, position in syncs.positions.items():
+            if position.upstream_next <= self.mirrored.get(tp, -1):
+                continue
+            self.mirrored[tp] = position.upstream_next
+            if position.downstream_next >= 0:
+                self.downstream_next[tp] = position.downstream_next
+            first = position.batch_first
+            store = self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing))
+            if first is not None and (store.last is None or first.downstream > store.last.downstream):
+                store.append(first)
+        self._write_syncs(self._anchor_writes())
 
     def _watch(self, query: Any) -> str | None:
         """Wait until the query fails (its error) or a stop is requested (None)."""
@@ -549,6 +576,8 @@ class _Driver:
 
     def _start_query(self) -> Any:
         self.first_batch_of_query = True
+        if self.exactly_once and self._task_slots() > (self.writer_slots or 0):
+            self._fence()  # more cores than when the ids were last fenced (a cluster's executors joined): record them
         reader = self.spark.readStream.format("kafka")
         for key, value in self._source_options().items():
             reader = reader.option(key, value)
@@ -618,6 +647,8 @@ class _Driver:
         # One task per core, each writing several source partitions in turn (coalesce concatenates
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
         tasks = self._task_slots()
+        if self.exactly_once:  # a slot's id is used only once fenced and recorded (between queries)
+            tasks = min(tasks, self.writer_slots or 1)
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
                 .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
@@ -701,6 +732,8 @@ class _Driver:
                     known.paused, known.retry_at = True, now
                 continue
             known = self.stuck.get(tp)
+            if known is not None and known.aborted:
+                known = None  # it was only aborted with another: stuck itself from now
             pause = _STUCK_PAUSE_S if known is None else min(known.pause * 2, _STUCK_PAUSE_MAX_S)
             self.stuck[tp] = _Stuck(r["stuck"], known.since if known else time.time(), now + pause, pause)
             self.metrics.observe_stuck(tp, r["stuck"], 0)
@@ -833,7 +866,8 @@ class _Driver:
             downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
             provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
             replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
-            lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused)
+            lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
+            fenced=self.fenced)
 
     def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a

@@ -66,6 +66,7 @@ _STUCK = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_P
           KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
           KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT, KafkaError.KAFKA_STORAGE_ERROR,
           KafkaError._TRANSPORT, KafkaError.THROTTLING_QUOTA_EXCEEDED}
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
 _CAUSES_PER_TASK = 3  # stuck partitions of a task whose cause is looked up in the target's metadata
 _FLUSH_LOG_S = 30.0
 _METADATA_WAIT_S = 15.0  # remote topics are confirmed visible before the first write: this is a margin
@@ -99,6 +100,7 @@ class WriterSpec:
     lease_member: str | None = None  # the driver's member id in the lease group: every write confirms it (W1)
     lease_own_ids: tuple[str, ...] = ()  # the driver's earlier member ids (never another instance)
     paused: frozenset[TopicPartition] = frozenset()  # stuck partitions the driver pauses: nothing of them written
+    fenced: int = 0  # exactly-once: when the driver last fenced the slots' ids (a producer from before is stale)
 
 
 class MirrorError(Exception):
@@ -116,25 +118,27 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
     writes: dict[TopicPartition, _PartitionWrite] = {}
     producer: Producer | None = None
     kept = False  # exactly-once: the producer was initialised by an earlier task of this worker
+    committed: Mapping[TopicPartition, Position] = {}
     try:
-        committed: Mapping[TopicPartition, int] = {}
-        if spec.exactly_once:
-            producer, kept = _transactional_producer(spec)
-            producer.begin_transaction()
-            committed = _committed_positions(spec)
-        else:
-            producer = _idempotent_producer(spec)
         for batch in batches:
             for tp, part in _by_partition(batch):
                 write = writes.get(tp)
                 if write is None:
-                    write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp, -1))
+                    if producer is None:  # a task without records (fewer source partitions than tasks) has none
+                        if spec.exactly_once:
+                            producer, kept = _transactional_producer(spec)
+                            producer.begin_transaction()
+                            committed = _committed_positions(spec)
+                        else:
+                            producer = _idempotent_producer(spec)
+                    write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp))
                 write.write(part)
-        if spec.exactly_once:
+        rows = []
+        if producer is not None and spec.exactly_once:
             rows = _settle_transaction(spec, producer, list(writes.values()))
-            if rows and not kept:
+            if not kept:
                 rows[0]["producer_inits"] = 1
-        else:
+        elif producer is not None:
             rows = _settle(spec, producer, list(writes.values()))
     except LeaseSuperseded as exc:
         if producer is not None:
@@ -191,7 +195,11 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
     failed partitions are stuck, the others aborted (written again at once by the driver)."""
     causes = [_CAUSES_PER_TASK]
     _flush(producer, spec, writes)
-    failed = {w.tp: err for w in writes if (err := w.failure()) is not None}
+    failed = {w.tp: err for w in writes if (err := w.failure()) is not None and err.code() not in _PURGED}
+    purged = [w for w in writes if w.tp not in failed and w.failure() is not None]
+    if purged and not failed:  # Not fatal: the query restarts, fences and resumes from the committed positions.
+        raise RuntimeError(f"flow {spec.flow}: the transaction failed and {spec.target} was not sent "
+                           f"{purged[0].tp[0]}-{purged[0].tp[1]}'s records: {purged[0].failure()}")
     if not failed:
         for w in writes:
             w.record_syncs()
@@ -265,12 +273,16 @@ class _Summary:
 class _PartitionWrite:
     """One source partition's records within one task: produced as they come, settled at the end."""
 
-    def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer, committed: int = -1) -> None:
-        """`committed`: exactly-once, the position a failed attempt of this task may have committed."""
+    def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer,
+                 committed: Position | None = None) -> None:
+        """`committed`: exactly-once, the position a failed attempt of this task committed (the target's word)."""
         self.spec, self.tp, self.producer = spec, tp, producer
         self.summary = _Summary(tp)
         self.remote = None if tp in spec.paused else spec.remote.get(tp[0])
-        self.mirrored = spec.mirrored.get(tp, -1) if tp in spec.unsynced else max(spec.mirrored.get(tp, -1), committed)
+        self.mirrored = spec.mirrored.get(tp, -1)
+        self.downstream_next = spec.downstream_next.get(tp, -1)  # where the syncs say its next record lands
+        if committed is not None and tp not in spec.unsynced and committed.upstream_next > self.mirrored:
+            self.mirrored, self.downstream_next = committed.upstream_next, committed.downstream_next
         self.written: list[int] = []  # upstream offsets, in produce order
         self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
         # (error, key + value size, size with every header, index in write order)
@@ -337,8 +349,9 @@ class _PartitionWrite:
         spec, tp, remote = self.spec, self.tp, self.remote
         if remote is None:
             return None  # a topic the pattern matched but the flow does not replicate, or a paused partition
-        if self.failures and all(f[0].code() in _STUCK for f in self.failures):
-            return self.failures[0][0]
+        if self.failures and all(f[0].code() in _STUCK or f[0].code() in _PURGED for f in self.failures):
+            # Purged: a transaction that failed (another partition's records timed out) drops what it still held.
+            return next((f[0] for f in self.failures if f[0].code() in _STUCK), self.failures[0][0])
         if self.failures:
             # The broker refuses a whole batch for one oversized record: name the largest one.
             err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
@@ -354,7 +367,7 @@ class _PartitionWrite:
         if self.remote is not None and self.tp not in self.spec.unsynced:
             _confirm_lease(self.spec)
             _record_syncs(self.spec, self.producer, self.tp, self.summary,
-                          list(zip(self.written, self.acked, strict=True)), self._sync_delivered)
+                          list(zip(self.written, self.acked, strict=True)), self._sync_delivered, self.downstream_next)
 
     def stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
         """Nothing of the partition's batch counts: no offset syncs (at-least-once: what landed is written again
@@ -407,12 +420,13 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
 
 
 def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
-                  pairs: list[tuple[int, int]], delivered: Callable[[KafkaError | None, Any], None]) -> None:
+                  pairs: list[tuple[int, int]], delivered: Callable[[KafkaError | None, Any], None],
+                  previous: int) -> None:
+    """`previous`: where the partition's next record was to land (its position's downstream_next, or -1)."""
     if summary.upstream_next < 0:
         return
     # Transaction markers and aborted records after the last visible record are read too.
     summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
-    previous = spec.downstream_next.get(tp, -1)
     if pairs and pairs[0][1] < previous:
         # Not fatal, and before any offset sync moves backwards: the restarted query's first batch holds the topic.
         raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: copies landed at {pairs[0][1]}, below the flow's next "
@@ -422,8 +436,7 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
     if pairs:
         summary.first, summary.last = pairs[0], pairs[-1]
         summary.replay = spec.replay or _task_attempt() > 0
-        first = Anchor(pairs[0][0], pairs[0][1], barrier=summary.replay,
-                       origin=spec.downstream_next.get(tp, -1) < 0)
+        first = Anchor(pairs[0][0], pairs[0][1], barrier=summary.replay, origin=previous < 0)
     position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
     _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, delivered)
     summary.syncs = 1
@@ -556,9 +569,9 @@ def partition_transactional_id(source: str, target: str, tp: TopicPartition) -> 
 
 # Which producer of this host last initialised a transactional id: "pid:token", one small file per id. A worker
 # keeps its producer for the next task of the same slot only while the mark is still its own (Spark may run that
-# task in another worker, whose init fences this producer).
+# task in another worker, whose init fences this producer) and the driver has not fenced the ids since.
 _MARKS = Path(tempfile.gettempdir()) / "mirrorflow-writers"
-_TOKENS: dict[str, str] = {}  # transactional id -> the mark of this worker's producer
+_TOKENS: dict[str, tuple[str, int]] = {}  # transactional id -> (this worker's mark, the driver's fencing it followed)
 
 
 def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
@@ -570,7 +583,8 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
     tid = transactional_id(spec.source, spec.target, slot)
     mark = _MARKS / hashlib.sha1(tid.encode()).hexdigest()
     kept = _PRODUCERS.get(tid)
-    if kept is not None and _task_attempt() == 0 and _read_mark(mark) == _TOKENS.get(tid):
+    token, fenced = _TOKENS.get(tid, (None, None))
+    if kept is not None and _task_attempt() == 0 and fenced == spec.fenced and _read_mark(mark) == token:
         return kept, True
     _discard(spec, tid)
     _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
@@ -582,7 +596,7 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
     staged = mark.with_suffix(f".{os.getpid()}")
     staged.write_text(token)
     staged.replace(mark)
-    _PRODUCERS[tid], _TOKENS[tid] = producer, token
+    _PRODUCERS[tid], _TOKENS[tid] = producer, (token, spec.fenced)
     return producer, False
 
 
@@ -644,12 +658,11 @@ def fence(flow: str, target: str, producer_settings: Mapping[str, Any], transact
              time.monotonic() - begun)
 
 
-def _committed_positions(spec: WriterSpec) -> dict[TopicPartition, int]:
+def _committed_positions(spec: WriterSpec) -> Mapping[TopicPartition, Position]:
     """After a task retry, a previous attempt may have committed: ask the target (once a task), not the driver."""
     if _task_attempt() == 0:
         return {}
-    positions = offset_syncs.read(spec.consumer_settings, spec.syncs_topic).positions
-    return {tp: p.upstream_next for tp, p in positions.items()}
+    return offset_syncs.read(spec.consumer_settings, spec.syncs_topic).positions
 
 
 _ARROW_SCHEMA = pa.schema([
