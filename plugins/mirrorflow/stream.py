@@ -467,6 +467,11 @@ class _Driver:
         still has a transaction open or can commit one), then take the positions its tasks committed that the driver
         never saw, so that the replay skips them. Tried again while the target is unreachable; the next pause."""
         while not self.stop_requested.is_set():
+            if self.lease is not None and not self.lease.keep():  # lost meanwhile: what regaining it takes instead
+                self.metrics.set_state("paused", "lease lost")
+                self.lease.regain()
+                self._take_over(fresh=False)
+                break
             try:
                 self._fence()
                 self._reload_positions()
@@ -577,7 +582,7 @@ class _Driver:
     def _start_query(self) -> Any:
         self.first_batch_of_query = True
         if self.exactly_once and self._task_slots() > (self.writer_slots or 0):
-            self._fence()  # more cores than when the ids were last fenced (a cluster's executors joined): record them
+            self._recover(2.0)  # more cores than when the ids were last fenced (a cluster's executors joined)
         reader = self.spark.readStream.format("kafka")
         for key, value in self._source_options().items():
             reader = reader.option(key, value)
@@ -671,8 +676,10 @@ class _Driver:
                                    Anchor(r["last_upstream"], r["last_downstream"]), replay=r["replay"], fresh=fresh)
             if r["downstream_next"] >= 0:
                 self.downstream_next[tp] = r["downstream_next"]
+        # A stuck partition tried again whose batch held nothing visible moves on too (it is not paused again).
         quiet = {tp: end for tp, end in ends.items()
-                 if tp[0] in replicated and end > self.mirrored.get(tp, -1) and tp not in self.stuck}
+                 if tp[0] in replicated and end > self.mirrored.get(tp, -1) and tp not in spec.paused
+                 and not (tp in self.stuck and self.stuck[tp].paused)}
         records = self._prune() + self._anchor_writes() + lost + first_positions
         for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
             records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
