@@ -390,8 +390,11 @@ def test_a_partition_the_target_does_not_take_is_paused_and_named_while_the_rest
         local.stop(second_broker)  # the only replica of the stuck remote partition: it has no leader from the start
         create_topic(ALPHA, f"{t}.stuck", 1)
         create_topic(ALPHA, f"{t}.flowing", 1)
-        _produce(f"{t}.stuck", 1, 50, "s")
-        _produce(f"{t}.flowing", 1, 50, "f")
+        p = producer(ALPHA)  # one flush for both: the first micro-batch holds both (exactly-once: one task)
+        for i in range(50):
+            p.produce(f"{t}.stuck", f"s-0-{i}".encode(), partition=0)
+            p.produce(f"{t}.flowing", f"f-0-{i}".encode(), partition=0)
+        assert p.flush(30) == 0
         wait_for(lambda: f"{t}.stuck-0 STUCK" in stream.output(), 180, "the stuck partition named", stream)
         assert "no leader" in stream.output(), stream.output()[-3000:]
         _produce(f"{t}.stuck", 1, 30, "s2")
@@ -408,7 +411,7 @@ def test_a_partition_the_target_does_not_take_is_paused_and_named_while_the_rest
         assert (stuck["topic"], stuck["partition"]) == (f"{t}.stuck", 0) and "no leader" in stuck["why"], stuck
         # A restart while it is stuck, before it ever had a copy, resumes it from its first record.
         assert stream.stop() == 0
-        stream.start()
+        stream.start(*(["--master", "local[1]"] if eos else []))
         local.up(beta_two, ["beta"])
         wait_for(lambda: _committed(BETA, f"jam.{t}.stuck") == 80, 240, "the paused partition, resumed", stream)
         assert [m.value() for m in read_partition(BETA, f"jam.{t}.stuck", 0, committed=True)] == (

@@ -93,6 +93,9 @@ def test_exactly_once_keeps_one_transactional_producer_per_task_slot_across_batc
         wait_for(lambda: sum(len(read_partition(BETA, "keep.keep.many", n, committed=True, timeout=10))
                              for n in range(6)) == 600 if end_offsets(BETA, "keep.keep.many") else False,
                  240, "every record, once", stream)
+        for n in range(6):
+            values = [m.value() for m in read_partition(BETA, "keep.keep.many", n, committed=True)]
+            assert values == [f"k-{i}".encode() for i in range(n, 600, 6)], (n, values[:5])
         with urllib.request.urlopen(f"http://127.0.0.1:{KEEP_METRICS_PORT}/status", timeout=10) as answer:
             [status] = json.loads(answer.read())
         assert status["batches"] >= 8, status["batches"]

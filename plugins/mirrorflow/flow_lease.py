@@ -23,9 +23,10 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
      the old one wrote, no position moves backwards, and no record of the old one lands after the new
      one's first. This holds for a frozen process too (SIGSTOP, a long GC or swap pause): on resuming, its
      queued records have expired (W2) and its next confirmation fails (W1).
-  Exactly-once adds the broker's producer epochs: the new holder initialises every transactional id of
-  the flow before writing, so the old holder's open transactions abort and its commits fail; by W1 a
-  writer that lost the lease never initialises an id again, so the rightful owner is never fenced.
+  Exactly-once adds the broker's producer epochs: the new holder initialises every transactional id the
+  flow's writers have used (one per task slot, counted in the offset syncs) before writing, so the old
+  holder's open transactions abort and its commits fail; by W1 a writer that lost the lease never
+  initialises an id again, so the rightful owner is never fenced.
   Residual: a process frozen right after a check can hand over up to 63 more records on resuming, and one
   frozen inside librdkafka between building and sending a request can still send it (at least once:
   duplicates after the takeover; exactly-once: fenced by the epochs). A TCP segment a kernel keeps

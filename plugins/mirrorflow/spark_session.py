@@ -38,7 +38,9 @@ def local_cores(master: str) -> int | None:
     if match is None:
         return None
     cores = match.group(1)
-    return 1 if cores is None else os.cpu_count() or 1 if cores == "*" else int(cores)
+    if cores is None:
+        return 1
+    return (os.cpu_count() or 1) if cores == "*" else int(cores)
 
 
 def under_spark_submit() -> bool:

@@ -3,7 +3,8 @@
 Per micro-batch (Spark's Kafka source, `subscribePattern` covering the flow's topics, headers on):
   1. read the batch's end offsets from the query's offset log: every source partition in the batch;
   2. create or grow the remote topics of partitions not seen before (before any record is written);
-  3. mirror each source partition in its own task (stream_writer), one summary row back per partition;
+  3. mirror the batch in one task per core (stream_writer), each writing several source partitions in turn, one
+     summary row back per partition;
   4. fold the summaries into the flow's positions, offset-sync anchors (anchors.py) and metrics; write the
      anchors that changed. Every minute, drop the anchors no offset still on the source needs and the
      state of topics deleted on the source.
@@ -19,6 +20,8 @@ A partition the target does not take within the delivery timeout (stream_writer:
 disk) is *stuck*: the driver names it with its cause, pauses it (its records are not written, its position
 stays) and every other partition goes on; after a growing pause (30 s, doubling up to 5 min) a new Spark
 checkpoint at the positions tries it again. Nothing is skipped: a paused partition resumes at its position.
+Exactly-once, its task's transaction aborts with it: the task's other partitions come back *aborted* and are
+written again at once, from a new Spark checkpoint at the positions with the stuck one left out.
 
 A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker
 restart); a fatal error (a record too large, a fenced writer, a lease another instance holds) or repeated
@@ -79,7 +82,8 @@ _STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
 
 @dataclass
 class _Stuck:
-    """A partition the target did not take in time: paused until `retry_at` (monotonic), then tried again."""
+    """A partition the target did not take in time, or (`aborted`) one whose records were aborted with such a
+    partition's transaction: paused until `retry_at` (monotonic), then tried again."""
 
     why: str
     since: float  # wall-clock seconds
@@ -467,14 +471,14 @@ class _Driver:
         still has a transaction open or can commit one), then take the positions its tasks committed that the driver
         never saw, so that the replay skips them. Tried again while the target is unreachable; the next pause."""
         while not self.stop_requested.is_set():
-            if self.lease is not None and not self.lease.keep():  # lost meanwhile: what regaining it takes instead
-                self.metrics.set_state("paused", "lease lost")
-                self.lease.regain()
-                self._take_over(fresh=False)
-                break
             try:
-                self._fence()
-                self._reload_positions()
+                if self.lease is not None and not self.lease.keep():  # lost meanwhile: regained, then a take-over
+                    self.metrics.set_state("paused", "lease lost")
+                    self.lease.regain()
+                    self._take_over(fresh=False)
+                else:
+                    self._fence()
+                    self._reload_positions()
                 break
             except (OperationalError, KafkaException) as exc:  # the target may still be down, as for a failed start
                 fatal = _fatal_message(str(exc))
@@ -684,6 +688,8 @@ class _Driver:
         for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
             records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
             self.mirrored[tp] = end
+            if self.stuck.pop(tp, None) is not None:
+                self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
         self._write_syncs(records)
         self.first_batch_of_query = False
         self.previous_batch = (batch_id, ends)
@@ -707,9 +713,10 @@ class _Driver:
 
     def _settle_stuck(self, rows: list[dict[str, Any]], paused: frozenset[tuple[str, int]]
                       ) -> tuple[list[dict[str, Any]], list[Position]]:
-        """Pause the partitions the target did not take in time (one log line each), release those it took again;
-        the rows whose positions may move (neither stuck nor paused), and the positions of partitions stuck before
-        they had one (where their batch started: a later start, from any checkpoint, resumes there)."""
+        """Pause the partitions the target did not take in time (one log line each) and, exactly-once, those aborted
+        with them (tried again at once, one line for all), release those it took again; the rows whose positions may
+        move (neither stuck, aborted nor paused), and the positions of partitions stuck or aborted before they had
+        one (where their batch started: a later start, from any checkpoint, resumes there)."""
         out, first_positions = [], []
         now = time.monotonic()
         aborted = 0
@@ -874,7 +881,7 @@ class _Driver:
             provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
             replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
-            fenced=self.fenced)
+            fenced=self.fenced, keep_producers=str(self.spark.sparkContext.master).startswith("local"))
 
     def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a

@@ -1,9 +1,10 @@
-"""The executor side of the stream: writes one Spark partition's records to the target.
+"""The executor side of the stream: writes one task's records to the target.
 
-Spark's Kafka source gives each task one source partition's offset range, in offset order, and
-`mapInArrow` hands it over without a shuffle; this module produces those records with confluent-kafka
+Spark's Kafka source reads one source partition's offset range per input partition, in offset order; the
+driver coalesces them into one task per core (without a shuffle: each task reads its source partitions one
+after another) and `mapInArrow` hands them over; this module produces those records with confluent-kafka
 (partition, key, value, headers and timestamp kept; a provenance header appended), waits until the
-target acknowledged every one, then records the partition's position in the offset syncs (with the
+target acknowledged every one, then records each partition's position in the offset syncs (with the
 batch's first record, so a reader sees a replay at once); the driver turns the summaries into anchors.
 It yields one summary row per source partition for the driver's progress and metrics.
 
@@ -101,6 +102,8 @@ class WriterSpec:
     lease_own_ids: tuple[str, ...] = ()  # the driver's earlier member ids (never another instance)
     paused: frozenset[TopicPartition] = frozenset()  # stuck partitions the driver pauses: nothing of them written
     fenced: int = 0  # exactly-once: when the driver last fenced the slots' ids (a producer from before is stale)
+    # Exactly-once: workers keep producers across batches (a local master: the marks below see every worker).
+    keep_producers: bool = True
 
 
 class MirrorError(Exception):
@@ -119,6 +122,7 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
     producer: Producer | None = None
     kept = False  # exactly-once: the producer was initialised by an earlier task of this worker
     committed: Mapping[TopicPartition, Position] = {}
+    halted = [False]  # exactly-once: the transaction failed, nothing more of the task is produced
     try:
         for batch in batches:
             for tp, part in _by_partition(batch):
@@ -131,11 +135,11 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
                             committed = _committed_positions(spec)
                         else:
                             producer = _idempotent_producer(spec)
-                    write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp))
+                    write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted)
                 write.write(part)
         rows = []
         if producer is not None and spec.exactly_once:
-            rows = _settle_transaction(spec, producer, list(writes.values()))
+            rows = _settle_transaction(spec, producer, list(writes.values()), halted[0])
             if not kept:
                 rows[0]["producer_inits"] = 1
         elif producer is not None:
@@ -189,17 +193,19 @@ def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite])
     return rows
 
 
-def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite]) -> list[dict[str, Any]]:
+def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
+                        halted: bool) -> list[dict[str, Any]]:
     """Exactly-once: every write acknowledged, then the offset syncs added and the task's transaction committed.
-    If the target did not take a partition's records in time (or the commit in time), the transaction aborts: the
-    failed partitions are stuck, the others aborted (written again at once by the driver)."""
+    If the target did not take a partition's records in time, the transaction aborts: those partitions are stuck,
+    the others aborted (written again at once by the driver). `halted`: the transaction failed while the task was
+    still producing (what it had not produced yet is aborted too)."""
     causes = [_CAUSES_PER_TASK]
     _flush(producer, spec, writes)
     failed = {w.tp: err for w in writes if (err := w.failure()) is not None and err.code() not in _PURGED}
     purged = [w for w in writes if w.tp not in failed and w.failure() is not None]
-    if purged and not failed:  # Not fatal: the query restarts, fences and resumes from the committed positions.
-        raise RuntimeError(f"flow {spec.flow}: the transaction failed and {spec.target} was not sent "
-                           f"{purged[0].tp[0]}-{purged[0].tp[1]}'s records: {purged[0].failure()}")
+    if not failed and (purged or halted):  # Not fatal: the query restarts, fences, resumes from the positions.
+        why = purged[0].failure() if purged else "no record of it was refused or timed out"
+        raise RuntimeError(f"flow {spec.flow}: a transaction failed on {spec.target}: {why}")
     if not failed:
         for w in writes:
             w.record_syncs()
@@ -210,7 +216,10 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
         except KafkaException as exc:
             if exc.args[0].code() not in _STUCK or not exc.args[0].txn_requires_abort():
                 raise
-            failed = {w.tp: exc.args[0] for w in writes if w.remote is not None}
+            # Every record was acknowledged: the offset syncs or the commit itself were not. Not fatal: the query
+            # restarts, fences (aborting this transaction) and resumes from the committed positions.
+            raise RuntimeError(f"flow {spec.flow}: {spec.target} did not commit a transaction in time: "
+                               f"{exc.args[0].str()}") from None
     producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
     return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).row() for w in writes]
 
@@ -274,9 +283,11 @@ class _PartitionWrite:
     """One source partition's records within one task: produced as they come, settled at the end."""
 
     def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer,
-                 committed: Position | None = None) -> None:
-        """`committed`: exactly-once, the position a failed attempt of this task committed (the target's word)."""
+                 committed: Position | None = None, halted: list[bool] | None = None) -> None:
+        """`committed`: exactly-once, the position a failed attempt of this task committed (the target's word);
+        `halted`: shared by the task's writes, set once its transaction failed."""
         self.spec, self.tp, self.producer = spec, tp, producer
+        self.halted = halted if halted is not None else [False]
         self.summary = _Summary(tp)
         self.remote = None if tp in spec.paused else spec.remote.get(tp[0])
         self.mirrored = spec.mirrored.get(tp, -1)
@@ -311,6 +322,8 @@ class _PartitionWrite:
         if remote is None:
             summary.filtered += len(offsets)
             return
+        if self.halted[0]:
+            return  # aborted with the task's transaction: written again by the next query
         keys = part.column("key").to_pylist()
         values = part.column("value").to_pylist()
         stamps = part.column("ts").to_pylist()
@@ -333,7 +346,15 @@ class _PartitionWrite:
                 hdrs = [*(hdrs or ()), (provenance.HEADER,
                                         provenance.Provenance(spec.source, topic, partition, offset).encode())]
             key, value, ts = keys[i], values[i], stamps[i]
-            _produce(producer, remote, partition, key, value, ts, hdrs, delivered, spec)
+            try:
+                _produce(producer, remote, partition, key, value, ts, hdrs, delivered, spec)
+            except KafkaException as exc:
+                # A partition's records timed out: the transaction can only abort, and produce() refuses more.
+                if not spec.exactly_once or not (exc.args[0].txn_requires_abort()
+                                                 or exc.args[0].code() == KafkaError._STATE):
+                    raise
+                self.halted[0] = True
+                break
             size = len(value or b"") + len(key or b"")
             if size >= _LARGE_RECORD_BYTES:  # a delivery report has no headers: what an error message needs
                 self.header_bytes[len(written)] = sum(len(k) + len(v or b"") for k, v in hdrs or ())
@@ -570,7 +591,7 @@ def partition_transactional_id(source: str, target: str, tp: TopicPartition) -> 
 # Which producer of this host last initialised a transactional id: "pid:token", one small file per id. A worker
 # keeps its producer for the next task of the same slot only while the mark is still its own (Spark may run that
 # task in another worker, whose init fences this producer) and the driver has not fenced the ids since.
-_MARKS = Path(tempfile.gettempdir()) / "mirrorflow-writers"
+_MARKS = Path(tempfile.gettempdir()) / f"mirrorflow-writers-{os.getuid()}"
 _TOKENS: dict[str, tuple[str, int]] = {}  # transactional id -> (this worker's mark, the driver's fencing it followed)
 
 
@@ -584,7 +605,8 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
     mark = _MARKS / hashlib.sha1(tid.encode()).hexdigest()
     kept = _PRODUCERS.get(tid)
     token, fenced = _TOKENS.get(tid, (None, None))
-    if kept is not None and _task_attempt() == 0 and fenced == spec.fenced and _read_mark(mark) == token:
+    if (kept is not None and spec.keep_producers and _task_attempt() == 0 and fenced == spec.fenced
+            and _read_mark(mark) == token):
         return kept, True
     _discard(spec, tid)
     _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
@@ -592,11 +614,15 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
                          "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS})
     producer.init_transactions(60)
     token = f"{os.getpid()}:{uuid.uuid4().hex}"
-    _MARKS.mkdir(exist_ok=True)
-    staged = mark.with_suffix(f".{os.getpid()}")
-    staged.write_text(token)
-    staged.replace(mark)
-    _PRODUCERS[tid], _TOKENS[tid] = producer, (token, spec.fenced)
+    _PRODUCERS[tid] = producer
+    try:
+        _MARKS.mkdir(exist_ok=True)
+        staged = mark.with_suffix(f".{os.getpid()}")
+        staged.write_text(token)
+        staged.replace(mark)
+        _TOKENS[tid] = (token, spec.fenced)
+    except OSError:
+        pass  # no mark, so the producer is not kept: the slot's next task initialises a new one
     return producer, False
 
 
