@@ -31,7 +31,8 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
   frozen inside librdkafka between building and sending a request can still send it (at least once:
   duplicates after the takeover; exactly-once: fenced by the epochs). A TCP segment a kernel keeps
   retransmitting through a network partition is bounded by the connection's retransmission timeout, not
-  by W2.
+  by W2. Open: one full test run saw a frozen at-least-once writer's unfinished batch land after the takeover
+  (README, "One writer per flow"); W2 is not established for requests librdkafka retries after a freeze.
 """
 
 from __future__ import annotations
