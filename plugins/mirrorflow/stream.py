@@ -263,10 +263,8 @@ class _Driver:
                 migrated += len(syncs.runs[tp])
             records.extend(_Tombstone(run) for run in syncs.runs.get(tp, {}).values())
             position = syncs.positions.get(tp)
-            newest = store.last
-            if position is not None and position.batch_first is not None and (
-                    newest is None or position.batch_first.downstream > newest.downstream):
-                store.append(position.batch_first)  # the driver stopped before it recorded that batch
+            if position is not None:
+                _adopt_batch_first(store, position)  # the driver stopped before it recorded that batch
             self.anchors[tp] = store
         self._write_syncs(records + self._anchor_writes())
         known = {t for t, _ in self.mirrored} | set(self.incarnations)
@@ -500,10 +498,8 @@ class _Driver:
             self.mirrored[tp] = position.upstream_next
             if position.downstream_next >= 0:
                 self.downstream_next[tp] = position.downstream_next
-            first = position.batch_first
-            store = self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing))
-            if first is not None and (store.last is None or first.downstream > store.last.downstream):
-                store.append(first)
+            _adopt_batch_first(self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing)),
+                               position)
         self._write_syncs(self._anchor_writes())
 
     def _watch(self, query: Any) -> str | None:
@@ -921,6 +917,13 @@ class _Tombstone:
 
     def value(self) -> None:
         return None
+
+
+def _adopt_batch_first(store: PartitionAnchors, position: Position) -> None:
+    """A position's batch-first record as an anchor, when it is newer than the partition's newest one."""
+    first = position.batch_first
+    if first is not None and (store.last is None or first.downstream > store.last.downstream):
+        store.append(first)
 
 
 def _flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[tuple[str, int], int]:

@@ -201,10 +201,11 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
     still producing (what it had not produced yet is aborted too)."""
     causes = [_CAUSES_PER_TASK]
     _flush(producer, spec, writes)
-    failed = {w.tp: err for w in writes if (err := w.failure()) is not None and err.code() not in _PURGED}
-    purged = [w for w in writes if w.tp not in failed and w.failure() is not None]
+    errors = {w.tp: w.failure() for w in writes}
+    failed = {tp: err for tp, err in errors.items() if err is not None and err.code() not in _PURGED}
+    purged = [err for tp, err in errors.items() if err is not None and tp not in failed]
     if not failed and (purged or halted):  # Not fatal: the query restarts, fences, resumes from the positions.
-        why = purged[0].failure() if purged else "no record of it was refused or timed out"
+        why = purged[0] if purged else "no record of it was refused or timed out"
         raise RuntimeError(f"flow {spec.flow}: a transaction failed on {spec.target}: {why}")
     if not failed:
         for w in writes:
