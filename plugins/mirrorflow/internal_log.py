@@ -26,6 +26,9 @@ def fetched(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
     return [first, *consumer.consume(limit - 1, 0)]
 
 
+_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT)
+
+
 class InternalLog:
     def __init__(self, consumer_settings: Mapping[str, Any], topic: str, what: str, *, partition: int = 0,
                  idle_timeout_s: float = 30.0) -> None:
@@ -44,12 +47,10 @@ class InternalLog:
             if self._consumer is None:
                 self._consumer = Consumer(self._settings)
             consumer = self._consumer
-            try:
-                low, high = consumer.get_watermark_offsets(tp, timeout=self.idle_timeout_s)
-            except KafkaException as exc:
-                if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                    return
-                raise
+            ends = self._watermarks(consumer, tp)
+            if ends is None:
+                return
+            low, high = ends
             start = low if self.next_offset is None else max(self.next_offset, low)
             if high <= start:
                 return
@@ -73,6 +74,21 @@ class InternalLog:
                     return
         except KafkaException as exc:
             raise OperationalError(f"{self.what} {self.topic}: {exc.args[0].str()}") from None
+
+    def _watermarks(self, consumer: Consumer, tp: TopicPartition) -> tuple[int, int] | None:
+        """The partition's log start and end; None while the topic does not exist. A leader election (a broker
+        restarting, a topic just created) is waited out for up to `idle_timeout_s`, as a consumer would."""
+        deadline = time.monotonic() + self.idle_timeout_s
+        while True:
+            try:
+                return consumer.get_watermark_offsets(tp, timeout=self.idle_timeout_s)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                    return None
+                if error.code() not in _LEADER_MOVING or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.5)
 
     def close(self) -> None:
         if self._consumer is not None:
