@@ -79,3 +79,15 @@ def test_without_spacing_every_batch_adds_an_anchor_until_the_bound_then_about_o
     assert len(store) > 200 and writes < 2.2 * 10_000
     gaps = [b.downstream - a.downstream for a, b in zip(store.anchors, store.anchors[1:], strict=False)]
     assert gaps[-1] <= 100 and gaps[0] > 10_000  # dense near the head, sparse far behind
+
+
+def test_a_batch_first_copy_is_a_barrier_after_a_replay_or_where_another_writer_landed_in_between() -> None:
+    from mirrorflow.stream_writer import first_anchor
+
+    assert first_anchor((10, 10), -1, False, False) == Anchor(10, 10, barrier=False, origin=True)
+    assert first_anchor((10, 10), 10, False, False) == Anchor(10, 10, barrier=False, origin=False)
+    assert first_anchor((10, 10), 10, True, False).barrier  # a replay
+    # Idempotent: copies 10..14 of a fenced writer's late request landed where this batch's first was to go.
+    assert first_anchor((10, 15), 10, False, False).barrier
+    # Transactional: the last batch's commit marker sits at 10, so the first copy at 11 is no sign of another writer.
+    assert not first_anchor((10, 11), 10, False, True).barrier

@@ -202,7 +202,7 @@ def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_ad
         source_admin_settings=clients.settings(source, "admin"),
         target_admin_settings=clients.settings(target, "admin"),
         remote={j.topic: j.remote for j in todo}, mirrored={}, ends={(j.topic, j.partition): j.end for j in todo},
-        downstream_next={}, syncs_topic=syncs_topic, provenance=True, exactly_once=target.exactly_once, replay=True,
+        downstream_next={}, syncs_topic=syncs_topic, provenance=True, transactional=target.exactly_once, replay=True,
         unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
     tasks = max(1, min(len(todo), spark.sparkContext.defaultParallelism * 2))
     rows = (records.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")

@@ -3,7 +3,7 @@
 The stream of flow A->B joins group `mirrorflow:A->B`, subscribed to the flow's one-partition
 offset-syncs topic: only one member can be assigned that partition, so a second instance finds it
 taken and stops with a clear error, and an instance that loses the partition (its session expired)
-stops writing. Exactly-once mode adds Kafka's own fencing of transactional producers underneath.
+stops writing. Kafka's own fencing of transactional producers holds underneath (W4).
 A crashed instance's membership expires after the session timeout, so a restart waits at most that.
 
 Fencing: at most one instance writes a flow's target at a time, enforced where the writes happen.
@@ -17,22 +17,23 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
   W3  An instance that takes the lease over from one that did not stop cleanly waits TAKEOVER_WAIT_S
       > CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS before it reads the flow's state or writes anything. A clean
       stop (no batch running, every write acknowledged) leaves a release record in the offset syncs.
+  W4  Every offset sync and anchor (and, exactly-once, every record) is written in a transaction: of one
+      transactional id per task slot (their number recorded in the offset syncs), or of the driver's id. The
+      new holder initialises every one of them (after W3, before it reads the positions or writes records), which
+      bumps each id's producer epoch: the broker refuses every later write of the old holder's transactional
+      producers and aborts their open transactions. `reset` does the same (driver id: its own writes).
   => The old holder's last confirmation precedes its removal from the group, which precedes the takeover;
-     by W1 and W2 its last write was sent within CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS of that confirmation;
-     by W3 the new holder reads the state and writes only after that. So the new holder sees every position
-     the old one wrote, no position moves backwards, and no record of the old one lands after the new
-     one's first. This holds for a frozen process too (SIGSTOP, a long GC or swap pause): on resuming, its
-     queued records have expired (W2) and its next confirmation fails (W1).
-  Exactly-once adds the broker's producer epochs: the new holder initialises every transactional id the
-  flow's writers have used (one per task slot, counted in the offset syncs) before writing, so the old
-  holder's open transactions abort and its commits fail; by W1 a writer that lost the lease never
-  initialises an id again, so the rightful owner is never fenced.
-  Residual: a process frozen right after a check can hand over up to 63 more records on resuming, and one
-  frozen inside librdkafka between building and sending a request can still send it (at least once:
-  duplicates after the takeover; exactly-once: fenced by the epochs). A TCP segment a kernel keeps
-  retransmitting through a network partition is bounded by the connection's retransmission timeout, not
-  by W2. Open: one full test run saw a frozen at-least-once writer's unfinished batch land after the takeover
-  (README, "One writer per flow"); W2 is not established for requests librdkafka retries after a freeze.
+     by W1 it hands nothing over after that confirmation; by W4 none of its offset syncs, anchors or
+     (exactly-once) records lands after the new holder's fencing. So the new holder sees every position the
+     old one committed and no position moves backwards; by W1 a writer that lost the lease never initialises
+     an id again, so the rightful owner is never fenced. This holds for a frozen process too (SIGSTOP, a long
+     GC or swap pause): on resuming, its next confirmation fails (W1) and its transactions are refused (W4).
+  At-least-once records are idempotent, outside transactions, and no broker check fences them: W2 and W3
+  bound what librdkafka still has queued, but it sends a ProduceRequest it had already built (waiting for an
+  in-flight slot, or half written to a full socket) on resuming, without checking message.timeout.ms, and a
+  process frozen right after a check hands up to 63 more records over before the next one. So a frozen
+  at-least-once writer can land, after the takeover, up to two requests of batch.size and 63 records as
+  duplicates. Exactly-once fences them (W4).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
   release value   {version: int16 = 0, at_ms: int64}: the last holder of the flow's lease stopped cleanly (every
                   write acknowledged); tombstoned by the next holder when it starts (flow_lease, W3).
   writers key     {kind: int16 = 7, topic: string = "", partition: int32 = 0}
-  writers value   {version: int16 = 0, slots: int32}: exactly-once writes use the transactional ids of task slots
+  writers value   {version: int16 = 0, slots: int32}: the stream's writes use the transactional ids of task slots
                   0..slots-1 (stream_writer.transactional_id); a new holder fences them all. Without this record the
                   flow's writers may be those of versions before slots, one per source partition: fenced once.
   run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
@@ -176,7 +176,7 @@ class Release:
 
 @dataclass(frozen=True)
 class Writers:
-    """How many task slots' transactional ids the flow's exactly-once writes have used (the most ever)."""
+    """How many task slots' transactional ids the flow's stream has used (the most ever)."""
 
     slots: int
 
@@ -282,7 +282,7 @@ class SyncsState:
         self.incarnations: dict[str, str] = {}  # source topic -> its topic ID, as the flow's state knows it
         self.reset: Reset | None = None
         self.release: Release | None = None  # the last holder of the lease stopped cleanly
-        self.writers: Writers | None = None  # the task slots exactly-once writes have used
+        self.writers: Writers | None = None  # the task slots the stream's writes have used
         self._log = InternalLog(consumer_settings, topic, "offset syncs", idle_timeout_s=idle_timeout_s)
 
     def refresh(self) -> SyncsState:

@@ -18,9 +18,10 @@ import logging
 import time
 from dataclasses import dataclass
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 
-from mirrorflow import admin_sync, clients, offset_syncs, selection
+from mirrorflow import admin_sync, clients, offset_syncs, selection, stream_writer
 from mirrorflow.config import MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard
@@ -79,6 +80,10 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
         syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
         if syncs.release is None:  # a stream that did not stop cleanly: its last writes land or expire first
             lease.wait_out_previous_writer(clean=False)
+            # W4: the stream's transactions (offset syncs) abort, none commits after this reset's positions.
+            slots = syncs.writers.slots if syncs.writers is not None else 0
+            stream_writer.fence(flow.name, flow.target, clients.settings(target, "producer"),
+                                [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)])
             syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
         positions = syncs.positions
         remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)
@@ -97,16 +102,26 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
         member = lease.member_id
         if member is not None:
             LeaseGuard.confirm(flow.name, member, clients.settings(target, "admin"))
-        producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True,
-                                               "message.timeout.ms": DELIVERY_TIMEOUT_MS})
+        # In a transaction of the stream driver's id: initialising it fences a frozen stream's driver (W4).
+        producer = clients.producer(target, **{
+            "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+            "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
+            "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
         failed: list[str] = []
-        for record in records:
-            producer.produce(syncs_topic, record.value(), record.key(), partition=0,
-                             on_delivery=lambda err, _msg: failed.append(err.str()) if err is not None else None)
-        if producer.flush(admin_sync.TIMEOUT_S) > 0 or failed:
-            raise OperationalError(f"flow {flow.name}: the reset was not acknowledged by {flow.target} within "
-                                   f"{DELIVERY_TIMEOUT_MS / 1000:.0f} s" + (f" ({failed[0]})" if failed else "")
-                                   + "; run it again")
+        try:
+            producer.init_transactions(admin_sync.TIMEOUT_S)
+            producer.begin_transaction()
+            for record in records:
+                producer.produce(syncs_topic, record.value(), record.key(), partition=0,
+                                 on_delivery=lambda err, _msg: failed.append(err.str()) if err is not None else None)
+            if producer.flush(admin_sync.TIMEOUT_S) > 0 or failed:
+                raise OperationalError(f"flow {flow.name}: the reset was not acknowledged by {flow.target} within "
+                                       f"{DELIVERY_TIMEOUT_MS / 1000:.0f} s" + (f" ({failed[0]})" if failed else "")
+                                       + "; run it again")
+            producer.commit_transaction(admin_sync.TIMEOUT_S)
+        except KafkaException as exc:
+            raise OperationalError(f"flow {flow.name}: the reset was not committed on {flow.target}: "
+                                   f"{exc.args[0].str()}; run it again") from None
     finally:
         lease.release()
     who = getpass.getuser()

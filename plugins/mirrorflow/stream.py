@@ -26,7 +26,7 @@ written again at once, from a new Spark checkpoint at the positions with the stu
 A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker
 restart); a fatal error (a record too large, a fenced writer, a lease another instance holds) or repeated
 failures before any batch completes stop the flow with one line. Every write to the target is fenced by the
-lease (flow_lease, W1-W3).
+lease (flow_lease, W1-W4): in both modes the offset syncs commit in transactions the next holder fences.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import OffsetSpec
 from py4j.protocol import Py4JError
 
@@ -77,6 +77,7 @@ _RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirro
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
+_SYNCS_PER_TRANSACTION = 50_000  # below librdkafka's queue of 100,000 messages
 _STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
 
 
@@ -151,8 +152,8 @@ class _Driver:
         self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
         self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
         self.stuck: dict[tuple[str, int], _Stuck] = {}  # bounded by the flow's partitions
-        self.writer_slots: int | None = None  # exactly-once: task slots whose transactional ids were used (syncs)
-        self.fenced = 0  # exactly-once: when the slots' ids were last fenced (ns); workers' older producers are stale
+        self.writer_slots: int | None = None  # task slots whose transactional ids were used (syncs)
+        self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
         self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
         self.missing_topics: set[str] = set()
         self.ready: dict[str, int] = {}
@@ -194,19 +195,19 @@ class _Driver:
         syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
         clean = fresh or syncs.release is not None
         self.lease.wait_out_previous_writer(clean)
+        self.position_producer = None
+        self._syncs_producer()  # W4: the previous holder's driver writes nothing more
         if syncs.release is not None:
             self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
         self.writer_slots = syncs.writers.slots if syncs.writers is not None else None
-        self._fence(upgraded=syncs.writers is None and not fresh)
+        self._fence(upgraded=self.exactly_once and syncs.writers is None and not fresh)
         self._load_syncs(syncs if clean else None)
 
     def _fence(self, upgraded: bool = False) -> None:
-        """Exactly-once: fence every transactional id of the flow's task slots (at start, after the lease was
+        """Fence every transactional id of the flow's task slots (at start, after the lease was
         regained, and before a restarted query, whose tasks may have died mid-transaction), serving the lease
         meanwhile; `upgraded`: the ids of a version before slots too, one per source partition (then recorded as
         done). Only under a confirmed lease (W1): a zombie that initialised the ids would fence the owner."""
-        if not self.exactly_once:
-            return
         self._confirm_lease()
         slots = max(self.writer_slots or 0, self._task_slots())
         ids = [stream_writer.transactional_id(self.flow.source, self.flow.target, i) for i in range(slots)]
@@ -289,25 +290,56 @@ class _Driver:
             raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
 
     def _write_syncs(self, records: list[_SyncRecord]) -> None:
+        """The driver's records (anchors, losses, releases...) in transactions of the driver's own id (W4), at most
+        _SYNCS_PER_TRANSACTION records each (a tombstone sweep can be long)."""
         if not records:
             return
         self._confirm_lease()
-        if self.position_producer is None:
-            self.position_producer = clients.producer(self.target, **{
-                "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS})
+        producer = self._syncs_producer()
         failed: list[str] = []
 
         def delivered(err: Any, _msg: Any) -> None:
             if err is not None:
                 failed.append(err.str())
 
-        for record in records:
-            self.position_producer.produce(self.syncs_topic, record.value(), record.key(), partition=0,
-                                           on_delivery=delivered)
-            self.position_producer.poll(0)
-        if self.position_producer.flush(60) > 0 or failed:
-            raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by {self.target.alias}"
-                                   + (f": {failed[0]}" if failed else ""))
+        try:
+            for start in range(0, len(records), _SYNCS_PER_TRANSACTION):
+                producer.begin_transaction()
+                for record in records[start:start + _SYNCS_PER_TRANSACTION]:
+                    producer.produce(self.syncs_topic, record.value(), record.key(), partition=0,
+                                     on_delivery=delivered)
+                    producer.poll(0)
+                if producer.flush(60) > 0 or failed:
+                    raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by "
+                                           f"{self.target.alias}" + (f": {failed[0]}" if failed else ""))
+                producer.commit_transaction(60)
+        except BaseException as exc:
+            self.position_producer = None  # the next write initialises afresh, which aborts what this one left open
+            if not isinstance(exc, KafkaException):
+                raise
+            err = exc.args[0]
+            if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+                raise OperationalError(f"{FATAL}flow {self.flow.name}: fenced: another instance initialised the "
+                                       f"flow's driver id on {self.target.alias}: {err.str()}") from None
+            raise OperationalError(f"flow {self.flow.name}: offset syncs not committed on {self.target.alias}: "
+                                   f"{err.str()}") from None
+
+    def _syncs_producer(self) -> Any:
+        """The driver's transactional producer, initialised under a confirmed lease (W1): at a takeover that fences
+        the previous holder's driver (W4)."""
+        if self.position_producer is None:
+            self._confirm_lease()
+            producer = clients.producer(self.target, **{
+                "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+                "transactional.id": stream_writer.driver_transactional_id(self.flow.source, self.flow.target),
+                "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
+            try:
+                producer.init_transactions(60)
+            except KafkaException as exc:
+                raise OperationalError(f"flow {self.flow.name}: cannot initialise the driver's transactional id on "
+                                       f"{self.target.alias}: {exc.args[0].str()}") from None
+            self.position_producer = producer
+        return self.position_producer
 
     def _prune(self) -> list[_SyncRecord]:
         """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
@@ -465,8 +497,8 @@ class _Driver:
             pause = min(pause * 2, 60.0) if self.metrics.batches == batches_before else 2.0
 
     def _recover(self, pause: float) -> float:
-        """Before a query starts again after one that failed or was cut short: fence (exactly-once: no task of it
-        still has a transaction open or can commit one), then take the positions its tasks committed that the driver
+        """Before a query starts again after one that failed or was cut short: fence (no task of it still has a
+        transaction open or can commit one), then take the positions its tasks committed that the driver
         never saw, so that the replay skips them. Tried again while the target is unreachable; the next pause."""
         while not self.stop_requested.is_set():
             try:
@@ -581,7 +613,7 @@ class _Driver:
 
     def _start_query(self) -> Any:
         self.first_batch_of_query = True
-        if self.exactly_once and self._task_slots() > (self.writer_slots or 0):
+        if self._task_slots() > (self.writer_slots or 0):
             self._recover(2.0)  # more cores than when the ids were last fenced (a cluster's executors joined)
         reader = self.spark.readStream.format("kafka")
         for key, value in self._source_options().items():
@@ -651,9 +683,8 @@ class _Driver:
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused)
         # One task per core, each writing several source partitions in turn (coalesce concatenates
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
-        tasks = self._task_slots()
-        if self.exactly_once:  # a slot's id is used only once fenced and recorded (between queries)
-            tasks = min(tasks, self.writer_slots or 1)
+        # A slot's id is used only once fenced and recorded (between queries).
+        tasks = min(self._task_slots(), self.writer_slots or 1)
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
                 .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
@@ -874,7 +905,8 @@ class _Driver:
             source_admin_settings=self.source_admin_settings, target_admin_settings=self.target_admin_settings,
             remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
             downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
-            provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), exactly_once=self.exactly_once,
+            provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), transactional=self.exactly_once,
+            fence_syncs=True,
             replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=str(self.spark.sparkContext.master).startswith("local"))

@@ -9,11 +9,12 @@ batch's first record, so a reader sees a replay at once); the driver turns the s
 It yields one summary row per source partition for the driver's progress and metrics.
 
 Delivery:
-  at-least-once  idempotent producer, acks=all; syncs are written only after the data is acknowledged.
-  exactly-once   one transactional producer per task slot (`transactional.id` derived from flow and
-                 the task's index in the batch, so a retried task or a second instance fences the
-                 earlier writer of that slot), kept by the Python worker across batches; a task's records
-                 and its partitions' offset syncs are committed in one transaction.
+  at-least-once  idempotent producer, acks=all; syncs are written only after the data is acknowledged, and
+                 commit in a transaction of the task slot's id (below), which fences them (flow_lease, W4).
+  exactly-once   a task's records and its partitions' offset syncs are committed in one transaction.
+The stream's transactional producers: one per task slot (`transactional.id` derived from the flow and the task's
+index in the batch, so a retried task or a second instance fences the earlier writer of that slot), kept by the
+Python worker across batches. An at-least-once backfill writes its syncs with the idempotent producer.
 In both modes records below the partition's committed position (already in the target, known from
 the offset syncs) are skipped, so a replayed batch never writes them twice in exactly-once mode.
 Every record is handed over only under a confirmed lease and expires if not sent within
@@ -92,7 +93,7 @@ class WriterSpec:
     downstream_next: Mapping[TopicPartition, int]  # where the partition's next record lands, as the syncs say
     syncs_topic: str
     provenance: bool
-    exactly_once: bool
+    transactional: bool  # records and offset syncs in one transaction per task (exactly-once)
     # Partitions written out of order (a backfill repairing a gap below the flow's position): their records
     # are appended after later ones, so they get no offset syncs, which must stay monotonic for translation.
     unsynced: frozenset[TopicPartition] = frozenset()
@@ -101,8 +102,10 @@ class WriterSpec:
     lease_member: str | None = None  # the driver's member id in the lease group: every write confirms it (W1)
     lease_own_ids: tuple[str, ...] = ()  # the driver's earlier member ids (never another instance)
     paused: frozenset[TopicPartition] = frozenset()  # stuck partitions the driver pauses: nothing of them written
-    fenced: int = 0  # exactly-once: when the driver last fenced the slots' ids (a producer from before is stale)
-    # Exactly-once: workers keep producers across batches (a local master: the marks below see every worker).
+    fenced: int = 0  # transactional: when the driver last fenced the slots' ids (a producer from before is stale)
+    # Not transactional: the offset syncs still commit in a transaction of the task slot's id (the stream: W4).
+    fence_syncs: bool = False
+    # Transactional: workers keep producers across batches (a local master: the marks below see every worker).
     keep_producers: bool = True
 
 
@@ -120,16 +123,17 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
     """
     writes: dict[TopicPartition, _PartitionWrite] = {}
     producer: Producer | None = None
-    kept = False  # exactly-once: the producer was initialised by an earlier task of this worker
+    kept = False  # transactional: the producer was initialised by an earlier task of this worker
     committed: Mapping[TopicPartition, Position] = {}
-    halted = [False]  # exactly-once: the transaction failed, nothing more of the task is produced
+    halted = [False]  # transactional: the transaction failed, nothing more of the task is produced
+    syncs: list[tuple[Producer, bool]] = []  # fence_syncs: the slot's producer for the offset syncs, and whether kept
     try:
         for batch in batches:
             for tp, part in _by_partition(batch):
                 write = writes.get(tp)
                 if write is None:
                     if producer is None:  # a task without records (fewer source partitions than tasks) has none
-                        if spec.exactly_once:
+                        if spec.transactional:
                             producer, kept = _transactional_producer(spec)
                             producer.begin_transaction()
                             committed = _committed_positions(spec)
@@ -138,19 +142,23 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
                     write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted)
                 write.write(part)
         rows = []
-        if producer is not None and spec.exactly_once:
+        if producer is not None and spec.transactional:
             rows = _settle_transaction(spec, producer, list(writes.values()), halted[0])
             if not kept:
                 rows[0]["producer_inits"] = 1
         elif producer is not None:
-            rows = _settle(spec, producer, list(writes.values()))
+            rows = _settle(spec, producer, list(writes.values()), syncs)
+            if syncs and not syncs[0][1]:
+                rows[0]["producer_inits"] = 1
     except LeaseSuperseded as exc:
-        if producer is not None:
-            producer.purge(in_queue=True, in_flight=False, blocking=False)  # nothing queued may still go out
+        for p in (producer, *(s[0] for s in syncs)):
+            if p is not None:
+                p.purge(in_queue=True, in_flight=False, blocking=False)  # nothing queued may still go out
         _discard(spec)
         raise RuntimeError(str(exc)) from None  # the driver finds the lease lost and stops (or regains it)
     except KafkaException as exc:
         _discard(spec)  # its transaction state is unknown: the task that next has the slot starts afresh
+        kept = kept or any(s[1] for s in syncs)
         err: KafkaError = exc.args[0]
         if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
             if kept:  # Not fatal: a worker on another host had the slot since (local workers leave a mark).
@@ -163,7 +171,7 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
             # Not fatal: the coordinator aborted a transaction that outlived transaction.timeout.ms; the
             # restarted task's fresh producer resumes from the committed position.
             raise RuntimeError(f"flow {spec.flow}: {spec.target} aborted a transaction (it outlived "
-                               f"transaction.timeout.ms = {_TRANSACTION_TIMEOUT_MS} ms?): {err.str()}") from None
+                               f"transaction.timeout.ms = {TRANSACTION_TIMEOUT_MS} ms?): {err.str()}") from None
         raise
     except BaseException:
         _discard(spec)
@@ -172,30 +180,43 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
         yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
 
 
-def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite]) -> list[dict[str, Any]]:
-    """At-least-once: every write acknowledged (one flush for the task), then each partition's offset syncs
-    recorded, unless the target did not take its records in time (stuck)."""
+def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
+            syncs: list[tuple[Producer, bool]]) -> list[dict[str, Any]]:
+    """Idempotent records: every write acknowledged (one flush for the task), then each partition's offset syncs
+    recorded, unless the target did not take its records in time (stuck). With `spec.fence_syncs` (the stream, W4)
+    the task's offset syncs commit in one transaction of the task slot's id (appended to `syncs`, with whether an
+    earlier task kept it), so a writer that lost the lease cannot land one after the next holder fenced the id."""
     causes = [_CAUSES_PER_TASK]  # stuck partitions whose cause is still looked up
     _flush(producer, spec, writes)
-    rows = []
+    summaries, settled = [], []
     for w in writes:
         err = w.failure()
         if err is not None:
-            rows.append(w.stuck(err, causes).row())
+            summaries.append(w.stuck(err, causes))
             continue
-        w.record_syncs()
-        rows.append(w.summary.row())
-    _flush(producer, spec, writes)
-    unsynced = next((w for w in writes if w.sync_failures), None)
+        settled.append(w)
+        summaries.append(w.summary)
+    syncs_producer = producer
+    if spec.fence_syncs and any(w.has_syncs for w in settled):
+        syncs.append(_transactional_producer(spec))
+        syncs_producer = syncs[0][0]
+        syncs_producer.begin_transaction()
+    for w in settled:
+        w.record_syncs(syncs_producer)
+    _flush(syncs_producer, spec, settled)
+    unsynced = next((w for w in settled if w.sync_failures), None)
     if unsynced is not None:  # not fatal: the batch is written again (a replay) and its syncs with it
         raise RuntimeError(f"flow {spec.flow}: {unsynced.tp[0]}-{unsynced.tp[1]}: the offset syncs were not "
                            f"acknowledged by {spec.target}: {unsynced.sync_failures[0]}")
-    return rows
+    if syncs_producer is not producer:
+        _confirm_lease(spec)
+        syncs_producer.commit_transaction(60)
+    return [summary.row() for summary in summaries]
 
 
 def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
                         halted: bool) -> list[dict[str, Any]]:
-    """Exactly-once: every write acknowledged, then the offset syncs added and the task's transaction committed.
+    """Transactional: every write acknowledged, then the offset syncs added and the task's transaction committed.
     If the target did not take a partition's records in time, the transaction aborts: those partitions are stuck,
     the others aborted (written again at once by the driver). `halted`: the transaction failed while the task was
     still producing (what it had not produced yet is aborted too)."""
@@ -252,7 +273,7 @@ class _Summary:
         self.age = metrics.Distribution()
         self.last_timestamp = -1
         self.stuck: str | None = None  # why the target did not take the partition's records in time
-        self.aborted = False  # exactly-once: rolled back with the task's transaction, for another partition
+        self.aborted = False  # transactional: rolled back with the task's transaction, for another partition
 
     def row(self) -> dict[str, Any]:
         first, last = self.first, self.last
@@ -285,7 +306,7 @@ class _PartitionWrite:
 
     def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer,
                  committed: Position | None = None, halted: list[bool] | None = None) -> None:
-        """`committed`: exactly-once, the position a failed attempt of this task committed (the target's word);
+        """`committed`: transactional, the position a failed attempt of this task committed (the target's word);
         `halted`: shared by the task's writes, set once its transaction failed."""
         self.spec, self.tp, self.producer = spec, tp, producer
         self.halted = halted if halted is not None else [False]
@@ -351,7 +372,7 @@ class _PartitionWrite:
                 _produce(producer, remote, partition, key, value, ts, hdrs, delivered, spec)
             except KafkaException as exc:
                 # A partition's records timed out: the transaction can only abort, and produce() refuses more.
-                if not spec.exactly_once or not (exc.args[0].txn_requires_abort()
+                if not spec.transactional or not (exc.args[0].txn_requires_abort()
                                                  or exc.args[0].code() == KafkaError._STATE):
                     raise
                 self.halted[0] = True
@@ -384,16 +405,21 @@ class _PartitionWrite:
                               "records have no delivery report after flush")
         return None
 
-    def record_syncs(self) -> None:
-        """Once every record is acknowledged: the partition's position (exactly-once: in the task's transaction)."""
+    @property
+    def has_syncs(self) -> bool:
+        return self.remote is not None and self.tp not in self.spec.unsynced and self.summary.upstream_next >= 0
+
+    def record_syncs(self, producer: Producer | None = None) -> None:
+        """Once every record is acknowledged: the partition's position (transactional: in the task's transaction),
+        through `producer` if given (a transactional one for an idempotent write's syncs)."""
         if self.remote is not None and self.tp not in self.spec.unsynced:
             _confirm_lease(self.spec)
-            _record_syncs(self.spec, self.producer, self.tp, self.summary,
+            _record_syncs(self.spec, producer or self.producer, self.tp, self.summary,
                           list(zip(self.written, self.acked, strict=True)), self._sync_delivered, self.downstream_next)
 
     def stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
-        """Nothing of the partition's batch counts: no offset syncs (at-least-once: what landed is written again
-        when the driver resumes the partition, a replay; exactly-once: the transaction aborted). `causes`: how many
+        """Nothing of the partition's batch counts: no offset syncs (idempotent: what landed is written again
+        when the driver resumes the partition, a replay; transactional: the transaction aborted). `causes`: how many
         more stuck partitions of the task get their cause looked up in the target's metadata."""
         cause = _leader(self.producer, self) if causes[0] > 0 else "cause not looked up (see the task's others)"
         causes[0] -= 1
@@ -402,7 +428,7 @@ class _PartitionWrite:
         return self.summary
 
     def aborted(self) -> _Summary:
-        """Exactly-once: the task's transaction aborted for another partition; nothing of this one counts."""
+        """Transactional: the task's transaction aborted for another partition; nothing of this one counts."""
         if self.remote is not None:
             self.summary.aborted = True
             self.summary.discard()
@@ -458,10 +484,20 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
     if pairs:
         summary.first, summary.last = pairs[0], pairs[-1]
         summary.replay = spec.replay or _task_attempt() > 0
-        first = Anchor(pairs[0][0], pairs[0][1], barrier=summary.replay, origin=previous < 0)
+        first = first_anchor(pairs[0], previous, summary.replay, spec.transactional)
     position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
     _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, delivered)
     summary.syncs = 1
+
+
+def first_anchor(first: tuple[int, int], previous: int, replay: bool, transactional: bool) -> Anchor:
+    """The anchor of a batch's first copy (upstream, downstream) of a partition whose next copy was to land at
+    `previous` (-1: none yet, so this is its origin). A barrier (translation never reads across it) after a replay,
+    and, for idempotent writes, where something landed between `previous` and it: records of a writer that lost
+    the lease but still sent a request it had built (flow_lease, W4). Transactional writes leave a commit marker at
+    `previous`, so there a gap is normal."""
+    landed_between = not transactional and 0 <= previous < first[1]
+    return Anchor(first[0], first[1], barrier=replay or landed_between, origin=previous < 0)
 
 
 def _confirm_lease(spec: WriterSpec) -> None:
@@ -584,6 +620,11 @@ def transactional_id(source: str, target: str, slot: int) -> str:
     return f"mirrorflow-{source}-{target}.writer-{slot}"
 
 
+def driver_transactional_id(source: str, target: str) -> str:
+    """The stream driver's own writes (anchors, losses, releases): fenced by the next holder of the lease."""
+    return f"mirrorflow-{source}-{target}.driver"
+
+
 def partition_transactional_id(source: str, target: str, tp: TopicPartition) -> str:
     """The id of versions before task slots: one per flow and source partition (fenced once, after an upgrade)."""
     return f"mirrorflow-{source}-{target}-{tp[0]}-{tp[1]}"
@@ -612,7 +653,7 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
     _discard(spec, tid)
     _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
     producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
-                         "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS})
+                         "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
     producer.init_transactions(60)
     token = f"{os.getpid()}:{uuid.uuid4().hex}"
     _PRODUCERS[tid] = producer
@@ -635,8 +676,8 @@ def _read_mark(mark: Path) -> str | None:
 
 
 def _discard(spec: WriterSpec, tid: str | None = None) -> None:
-    """Forget this worker's producer of the task slot (exactly-once): the slot's next task initialises a new one."""
-    if spec.exactly_once:
+    """Forget this worker's producer of the task slot (transactional): the slot's next task initialises a new one."""
+    if spec.transactional or spec.fence_syncs:
         tid = tid or transactional_id(spec.source, spec.target, _task_slot())
         _PRODUCERS.pop(tid, None)
         _TOKENS.pop(tid, None)
@@ -649,7 +690,7 @@ def _task_slot() -> int:
     return ctx.partitionId() if ctx is not None else 0
 
 
-_TRANSACTION_TIMEOUT_MS = 600_000
+TRANSACTION_TIMEOUT_MS = 600_000
 _FENCING_THREADS = 32
 
 
@@ -663,7 +704,7 @@ def fence(flow: str, target: str, producer_settings: Mapping[str, Any], transact
     """
     def init(tid: str) -> None:
         producer = Producer({**producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
-                             "transaction.timeout.ms": _TRANSACTION_TIMEOUT_MS})
+                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
         try:
             producer.init_transactions(60)
         except KafkaException as exc:
