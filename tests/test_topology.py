@@ -55,17 +55,20 @@ def chain(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPat
             s.stop()
 
 
-def _carried(cfg: config.MirrorConfig) -> list[topology.Path]:
-    """alpha's heartbeats as gamma holds them, carried over beta."""
-    views = {v.alias: v for v in topology.view(cfg)}
-    return [p for p in views["gamma"].paths if (p.source, p.target, p.topic) == ("alpha", "beta", "beta.heartbeats")]
-
-
 def test_heartbeats_show_the_chain_with_its_hops(chain) -> None:  # type: ignore[no-untyped-def]
     cfg, _, _ = chain
-    # The first copies to reach gamma may be old ones (the streams' takeover waits): a fresh one follows.
-    wait_for(lambda: any(p.age_s < 30 for p in _carried(cfg)), 90, "a fresh heartbeat carried over two hops")
-    views = {v.alias: v for v in topology.view(cfg)}
+    # The first copies to reach gamma may be old ones (the streams' takeover waits): a fresh one follows. Every
+    # check below reads the view that showed it (a later view may catch the two-hop chain between copies).
+    seen: dict[str, topology.ClusterView] = {}
+
+    def fresh() -> bool:
+        seen.clear()
+        seen.update({v.alias: v for v in topology.view(cfg)})
+        return any(p.age_s < 30 and (p.source, p.target, p.topic) == ("alpha", "beta", "beta.heartbeats")
+                   for p in seen["gamma"].paths)
+
+    wait_for(fresh, 90, "a fresh heartbeat carried over two hops")
+    views = seen
     assert views["beta"].reached_from().get("alpha") == 1
     heard = views["gamma"].reached_from()  # other tests' aliases for the same brokers may be heard too
     assert heard["beta"] == 1 and heard["alpha"] == 2
