@@ -120,8 +120,11 @@ def down() -> AirflowState:
         deadline = time.monotonic() + 60
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.5)
-        if _alive(pid):
+        # SIGKILL until none is left: a member may fork (a task worker, the stream it launches) between two looks.
+        deadline = time.monotonic() + 30
+        while _alive(pid) and time.monotonic() < deadline:
             _signal_session(pid, signal.SIGKILL)
+            time.sleep(0.5)
     _pid_file().unlink(missing_ok=True)
     return status()
 
