@@ -1,4 +1,4 @@
-"""The stream at 12 and at 1,200 source partitions, at-least-once and exactly-once: start-up and throughput.
+"""The stream at 12 and at 1,200 source partitions in each delivery mode (MODES): start-up and throughput.
 
     make bench-eos                  # or: .venv/bin/python tests/benchmark_eos.py [MODE:PARTITIONS ...]
 
@@ -51,10 +51,17 @@ def _produce(topic: str, partitions: int) -> None:
     assert producer.flush(60) == 0
 
 
-def _run(work: Path, mode: str, partitions: int) -> dict[str, object]:
+MODES = {  # mode -> the flow's settings
+    "at-least-once": [],
+    "at-least-once-idempotent": ["src->dst.mirrorflow.records.fenced = false"],
+    "exactly-once": ["dst.exactly.once.source.support = enabled"],
+}
+
+
+def _run(work: Path, mode: str, partitions: int, run: int) -> dict[str, object]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    topic = f"bench-{mode}-{partitions}"
+    topic = f"bench-{mode}-{partitions}-{run}"
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{SOURCE_PORT}", **QUIET})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
     _produce(topic, partitions)
@@ -63,7 +70,7 @@ def _run(work: Path, mode: str, partitions: int) -> dict[str, object]:
         "clusters = src, dst", f"src.bootstrap.servers = 127.0.0.1:{SOURCE_PORT}",
         f"dst.bootstrap.servers = 127.0.0.1:{TARGET_PORT}", "src->dst.enabled = true", f"src->dst.topics = {topic}",
         "replication.factor = 1", "offset-syncs.topic.replication.factor = 1", "emit.heartbeats.enabled = false",
-        *(["dst.exactly.once.source.support = enabled"] if mode == "exactly-once" else []), ""]))
+        *MODES[mode], ""]))
     launched = time.monotonic()
     log = (work / f"{topic}.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "stream", "--flow",
@@ -106,11 +113,13 @@ def main() -> None:
                            f"dst.bootstrap.servers = 127.0.0.1:{TARGET_PORT}\n", source="bench")
     local.up(cfg)
     runs = [(m, int(n)) for m, n in (a.split(":") for a in sys.argv[1:])] or [
-        (mode, partitions) for mode in ("at-least-once", "exactly-once") for partitions in (12, 1200)]
+        (mode, partitions) for mode in MODES for partitions in (12, 1200)]
+    if unknown := {m for m, _ in runs} - set(MODES):
+        raise SystemExit(f"unknown mode {sorted(unknown)[0]!r}: one of {', '.join(MODES)}")
     rows = []
     try:
-        for mode, partitions in runs:
-            rows.append(_run(home, mode, partitions))
+        for run, (mode, partitions) in enumerate(runs):
+            rows.append(_run(home, mode, partitions, run))
             print(rows[-1], flush=True)
     finally:
         local.down(cfg, purge=True)

@@ -137,6 +137,16 @@ def end_offsets(bootstrap: str, topic: str) -> list[int]:
         c.close()
 
 
+def record_counts(bootstrap: str, topic: str) -> list[int]:
+    """Per partition, how many committed records it holds ([] while unreadable). Unlike end offsets, blind to the
+    transaction markers a flow's commits leave (one offset per partition and commit)."""
+    try:
+        partitions = range(partition_count(bootstrap, topic))
+        return [len(read_partition(bootstrap, topic, p, committed=True)) for p in partitions]
+    except KafkaException:
+        return []
+
+
 def origin(message: Any) -> Provenance:
     """The last hop's provenance of a mirrored record."""
     values = [v for k, v in message.headers() or [] if k == HEADER]

@@ -23,7 +23,15 @@ from mirrorflow import admin_sync, audit, backfill, config, offset_syncs
 from mirrorflow.offset_syncs import Position
 from mirrorflow.provenance import HEADER, Provenance
 from mirrorflow.ranges import Window
-from streams import StreamProcess, config_text, create_topic, end_offsets, producer, read_partition, wait_for
+from streams import (
+    StreamProcess,
+    config_text,
+    create_topic,
+    producer,
+    read_partition,
+    record_counts,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
@@ -91,7 +99,8 @@ def _mirror_by_hand(topic: str, partitions: int, copies: dict[int, list[tuple[in
 
 def _origins(remote: str, partition: int) -> list[int]:
     """The source offsets a remote partition's records carry, in target order."""
-    return [Provenance.parse(dict(m.headers())[HEADER]).offset for m in read_partition(BETA, remote, partition)]
+    return [Provenance.parse(dict(m.headers())[HEADER]).offset
+            for m in read_partition(BETA, remote, partition, committed=True)]
 
 
 def _ms(moment: datetime) -> int:
@@ -156,7 +165,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
     stream = StreamProcess(cfg_path, FLOW, tmp_path / "stream")
     stream.start()
     try:
-        wait_for(lambda: sum(end_offsets(BETA, "quarry.bf.seed") or [0]) >= 330, 240, "the 30 new records", stream)
+        wait_for(lambda: sum(record_counts(BETA, "quarry.bf.seed")) >= 330, 240, "the 30 new records", stream)
     finally:
         assert stream.stop() == 0, stream.output()[-3000:]
     for part in range(3):

@@ -21,10 +21,19 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from conftest import PORTS, deployment, own_broker
 from mirrorflow import checkpoints, clients, config, flow_lease, lifecycle, local, metrics
-from streams import QUIET, StreamProcess, create_topic, end_offsets, producer, read_partition, wait_for
+from streams import (
+    QUIET,
+    StreamProcess,
+    create_topic,
+    end_offsets,
+    producer,
+    read_partition,
+    record_counts,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 PRIMARY = f"127.0.0.1:{PORTS['alpha']}"
@@ -121,10 +130,12 @@ def _lease_members(cfg: config.MirrorConfig, flow: str) -> set[str]:
 
 def _consume(bootstrap: str, group: str, topics: list[str], limit: dict[tuple[str, int], int] | None = None,
              partitions: int = PARTITIONS) -> list[bytes]:
-    """Resume `group` on these topics from its committed offsets, read to the end (or `limit` records per
-    partition), commit, and return the values read."""
+    """Resume `group` on these topics from its committed offsets, read the committed records to the end (or
+    `limit` records per partition), commit, and return the values read. Counts records, not offsets: a mirrored
+    partition holds a transaction marker per commit."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest", **QUIET})
+                  "auto.offset.reset": "earliest", "isolation.level": "read_committed",
+                  "enable.partition.eof": True, **QUIET})
     try:
         tps = [TopicPartition(t, p) for t in topics for p in range(partitions)]
         for attempt in range(10):  # a group's first request may meet a coordinator still loading
@@ -136,23 +147,24 @@ def _consume(bootstrap: str, group: str, topics: list[str], limit: dict[tuple[st
                     raise
                 time.sleep(1)
         values: list[bytes] = []
-        ends = {topic: end_offsets(bootstrap, topic) for topic in topics}
         for (topic, p), offset in committed.items():
-            end = ends[topic][p]
-            start = offset if offset >= 0 else 0
-            stop = min(end, start + limit.get((topic, p), end)) if limit else end
-            if stop <= start:
+            start = max(offset, 0)
+            want = limit.get((topic, p)) if limit else None
+            if want == 0 or end_offsets(bootstrap, topic)[p] <= start:
                 continue
             c.assign([TopicPartition(topic, p, start)])
-            got = 0
+            got, resume_at, at_end = 0, start, False
             deadline = time.monotonic() + 60
-            while got < stop - start and time.monotonic() < deadline:
-                for m in c.consume(500, 1.0):
-                    if m.error() is None and m.offset() < stop:
-                        values.append(m.value())
-                        got += 1
-            assert got == stop - start, f"{topic}-{p}: read {got} of {stop - start}"
-            c.commit(offsets=[TopicPartition(topic, p, stop)], asynchronous=False)
+            while not at_end and got != want and time.monotonic() < deadline:
+                for m in c.consume(1 if want is not None else 500, 1.0):
+                    if m.error() is not None:
+                        at_end = at_end or m.error().code() == KafkaError._PARTITION_EOF
+                        resume_at = max(resume_at, m.offset()) if at_end else resume_at
+                        continue
+                    values.append(m.value())
+                    got, resume_at = got + 1, m.offset() + 1
+            assert at_end or got == want, f"{topic}-{p}: read {got} of {want} (from {start})"
+            c.commit(offsets=[TopicPartition(topic, p, resume_at)], asynchronous=False)
         return values
     finally:
         c.close()
@@ -188,7 +200,7 @@ def test_the_stream_dag_launches_the_flow_with_spark_submit_restarts_it_when_kil
     lifecycle.start(dr.cfg, dr.cfg.flow("primary->backup"), "test")
     first = StreamDagRun(dr, "primary->backup")
     wait_for(lambda: bool(_holders(dr.cfg, "primary->backup")), 180, "the stream DAG's stream to hold the lease")
-    wait_for(lambda: end_offsets(BACKUP, f"primary.{TOPIC}") == [PER_PARTITION] * PARTITIONS, 120,
+    wait_for(lambda: record_counts(BACKUP, f"primary.{TOPIC}") == [PER_PARTITION] * PARTITIONS, 120,
              "the records mirrored")
     assert "Spark-Submit cmd: spark-submit --master local[2]" in first.output()
 
@@ -286,7 +298,8 @@ def test_failback_brings_home_what_was_produced_on_the_backup_and_the_group_resu
     assert state == "success", tasks
     print("\n" + report["markdown"])
 
-    came_back = [m.value() for p in range(PARTITIONS) for m in read_partition(PRIMARY, f"backup.{TOPIC}", p)]
+    came_back = [m.value() for p in range(PARTITIONS)
+                 for m in read_partition(PRIMARY, f"backup.{TOPIC}", p, committed=True)]
     assert sorted(came_back) == sorted(f"outage-{i}".encode() for i in range(150))
     resumed = _consume(PRIMARY, GROUP, [TOPIC, f"backup.{TOPIC}"])
     assert sorted(resumed) == sorted(set(f"outage-{i}".encode() for i in range(150)) - set(read_on_backup))
@@ -329,7 +342,7 @@ def test_unplanned_failover_with_the_source_down_commits_the_newest_checkpoints_
     consumed = _consume(bootstrap, "dr-lost", ["dr.lost"], limit={("dr.lost", 0): 40, ("dr.lost", 1): 60}, partitions=2)
     stream = StreamProcess(path, "lost->backup", dr.work / "lost-stream")
     stream.start()
-    wait_for(lambda: end_offsets(BACKUP, "lost.dr.lost") == [150, 150], 240, "dr.lost mirrored", stream)
+    wait_for(lambda: record_counts(BACKUP, "lost.dr.lost") == [150, 150], 240, "dr.lost mirrored", stream)
     flow = cfg.flow("lost->backup")
     checkpoints.run_round(cfg, flow)
     wait_for(lambda: (metrics.read_status(metrics.status_file(flow)) or {}).get("record-count", 0) == 300, 60,

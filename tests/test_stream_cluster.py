@@ -14,7 +14,15 @@ import pyspark
 import pytest
 from conftest import PORTS
 from mirrorflow import config
-from streams import StreamProcess, config_text, create_topic, end_offsets, mirrored_offsets, producer, wait_for
+from streams import (
+    StreamProcess,
+    config_text,
+    create_topic,
+    mirrored_offsets,
+    producer,
+    record_counts,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
@@ -71,9 +79,9 @@ def test_the_stream_runs_on_a_standalone_cluster(stream_clusters: config.MirrorC
     stream = StreamProcess(cfg, "up->down", tmp_path)
     stream.start("--master", url)
     try:
-        wait_for(lambda: sum(end_offsets(BETA, "up.sa.orders") or [0]) >= 2000, 300, "the cluster's copy", stream)
+        wait_for(lambda: sum(record_counts(BETA, "up.sa.orders")) >= 2000, 300, "the cluster's copy", stream)
     finally:
         assert stream.stop() == 0
-    for got in mirrored_offsets(BETA, "up.sa.orders", 4):
+    for got in mirrored_offsets(BETA, "up.sa.orders", 4, committed=True):
         assert got == list(range(500))
     assert list(worker_dir.glob("app-*/*/stderr")), "no executor ran on the standalone worker"

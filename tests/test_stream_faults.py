@@ -30,6 +30,7 @@ from streams import (
     origin,
     producer,
     read_partition,
+    record_counts,
     wait_for,
 )
 
@@ -76,7 +77,7 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
     stream = StreamProcess(cfg, "lossy->safe", tmp_path / "stream")
     try:
         stream.start()
-        wait_for(lambda: end_offsets(BETA, remote) == [100, 100] and end_offsets(BETA, "lossy.loss.other") == [100],
+        wait_for(lambda: record_counts(BETA, remote) == [100, 100] and record_counts(BETA, "lossy.loss.other") == [100],
                  240, "the first records", stream)
         assert stream.stop() == 0
 
@@ -98,13 +99,13 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
                           "(50 records) were deleted on the source before the flow read them; the flow stops, as "
                           f"mirrorflow.data-loss.fail.topics asks for {REPARTITION} (to go on, take the topic out of "
                           "it and start the flow: the loss is recorded)"], failing.output()[-3000:]
-        assert end_offsets(BETA, remote) == [100, 100]
+        assert record_counts(BETA, remote) == [100, 100]
 
         # By default the loss is recorded and shown, and every partition goes on.
         stream.start()
-        wait_for(lambda: end_offsets(BETA, remote) == [150, 200] and end_offsets(BETA, "lossy.loss.other") == [200],
+        wait_for(lambda: record_counts(BETA, remote) == [150, 200] and record_counts(BETA, "lossy.loss.other") == [200],
                  240, "the records after the loss", stream)
-        after = [m.value() for m in read_partition(BETA, remote, 0)][100:]
+        after = [m.value() for m in read_partition(BETA, remote, 0, committed=True)][100:]
         assert after == [f"b-0-{i}".encode() for i in range(50, 100)]
 
         def recorded() -> dict[tuple[str, int], tuple[int, tuple[tuple[int, int], ...]]]:
@@ -129,7 +130,7 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
         assert (planned[(REPARTITION, 0)].lost, planned[(REPARTITION, 0)].lost_ranges) == (50, ((100, 150),))
 
         _produce("loss.other", 1, 10, "c")
-        wait_for(lambda: end_offsets(BETA, "lossy.loss.other") == [210], 120, "records after the loss", stream)
+        wait_for(lambda: record_counts(BETA, "lossy.loss.other") == [210], 120, "records after the loss", stream)
         assert stream.alive()
         assert stream.stop() == 0
     finally:
@@ -157,21 +158,21 @@ def test_a_topic_re_created_on_the_source_is_mirrored_again_from_its_first_recor
     stream = StreamProcess(cfg, "reborn->keeper", tmp_path / "stream")
     stream.start()
     try:
-        wait_for(lambda: end_offsets(BETA, "reborn.reborn.t") == [300], 240, "the old incarnation", stream)
+        wait_for(lambda: record_counts(BETA, "reborn.reborn.t") == [300], 240, "the old incarnation", stream)
         assert stream.stop() == 0
 
         # Re-created while the flow is down: its old offsets (300) are stale, its 50 records all new.
         recreate([f"new-{i}".encode() for i in range(50)])
         stream.start()
-        wait_for(lambda: end_offsets(BETA, "reborn.reborn.t") == [350], 240, "the new incarnation", stream)
-        values = [m.value() for m in read_partition(BETA, "reborn.reborn.t", 0)]
+        wait_for(lambda: record_counts(BETA, "reborn.reborn.t") == [350], 240, "the new incarnation", stream)
+        values = [m.value() for m in read_partition(BETA, "reborn.reborn.t", 0, committed=True)]
         assert values[300:] == [f"new-{i}".encode() for i in range(50)]
         assert "reborn.t re-created: their offset syncs removed" in stream.output(), stream.output()[-3000:]
 
         # Re-created while the flow runs, shorter than before: nothing skipped either.
         recreate([f"third-{i}".encode() for i in range(20)])
-        wait_for(lambda: end_offsets(BETA, "reborn.reborn.t") == [370], 240, "the third incarnation", stream)
-        values = [m.value() for m in read_partition(BETA, "reborn.reborn.t", 0)]
+        wait_for(lambda: record_counts(BETA, "reborn.reborn.t") == [370], 240, "the third incarnation", stream)
+        values = [m.value() for m in read_partition(BETA, "reborn.reborn.t", 0, committed=True)]
         assert values[350:] == [f"third-{i}".encode() for i in range(20)]
         assert stream.alive()
         assert stream.stop() == 0
@@ -206,7 +207,7 @@ def test_a_reset_moves_where_the_stopped_flow_resumes_and_is_refused_while_it_ru
     stream = StreamProcess(cfg, "redo->held", tmp_path / "stream")
     stream.start()
     try:
-        wait_for(lambda: end_offsets(BETA, "redo.redo.t") == [100], 240, "the first records", stream)
+        wait_for(lambda: record_counts(BETA, "redo.redo.t") == [100], 240, "the first records", stream)
         refused = _reset(cfg, "--to", "40")
         assert refused.returncode == 1 and refused.stdout == ""
         assert refused.stderr.strip().splitlines()[-1] == (
@@ -220,8 +221,8 @@ def test_a_reset_moves_where_the_stopped_flow_resumes_and_is_refused_while_it_ru
         assert "reset by" in done.stderr, done.stderr
         assert "(re-mirror after a bad consumer deploy): redo.t-0: 100 -> 40" in done.stderr
         stream.start()
-        wait_for(lambda: end_offsets(BETA, "redo.redo.t") == [160], 240, "the re-mirrored records", stream)
-        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0)]
+        wait_for(lambda: record_counts(BETA, "redo.redo.t") == [160], 240, "the re-mirrored records", stream)
+        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0, committed=True)]
         assert values[100:] == [f"r-0-{i}".encode() for i in range(40, 100)]
         assert "a new Spark checkpoint, at the offset syncs' positions" in stream.output()
         assert stream.stop() == 0
@@ -232,8 +233,8 @@ def test_a_reset_moves_where_the_stopped_flow_resumes_and_is_refused_while_it_ru
             "mirrorflow: error: --to 7000: redo.t-0 holds offsets 0..110 (its log start to its end)")
         stream.start()
         _produce("redo.t", 1, 5, "after")
-        wait_for(lambda: end_offsets(BETA, "redo.redo.t") == [165], 240, "the records after the skip", stream)
-        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0)]
+        wait_for(lambda: record_counts(BETA, "redo.redo.t") == [165], 240, "the records after the skip", stream)
+        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0, committed=True)]
         assert values[160:] == [f"after-0-{i}".encode() for i in range(5)]
         assert stream.stop() == 0
     finally:
@@ -253,12 +254,12 @@ def test_a_remote_topic_deleted_on_the_target_is_held_not_re_created_and_a_reset
     stream = StreamProcess(cfg, "kept->gone", tmp_path / "stream")
     stream.start()
     try:
-        wait_for(lambda: end_offsets(BETA, "kept.held.a") == [50] and end_offsets(BETA, "kept.held.b") == [50],
+        wait_for(lambda: record_counts(BETA, "kept.held.a") == [50] and record_counts(BETA, "kept.held.b") == [50],
                  240, "the first records", stream)
         target.delete_topics(["kept.held.a"])["kept.held.a"].result(30)
         _produce("held.a", 1, 20, "a2")
         _produce("held.b", 1, 20, "b2")
-        wait_for(lambda: end_offsets(BETA, "kept.held.b") == [70], 240, "the other topic", stream)
+        wait_for(lambda: record_counts(BETA, "kept.held.b") == [70], 240, "the other topic", stream)
         wait_for(lambda: "held.a is HELD" in stream.output(), 120, "the hold", stream)
         assert "kept.held.a" not in target.list_topics(timeout=10).topics
         assert stream.alive()
@@ -273,10 +274,10 @@ def test_a_remote_topic_deleted_on_the_target_is_held_not_re_created_and_a_reset
         assert released.returncode == 0, released.stderr
         assert "remote topic kept.held.a was deleted on gone: its copies start again" in released.stderr
         stream.start()
-        wait_for(lambda: end_offsets(BETA, "kept.held.a") == [70], 240, "held.a again, whole", stream)
-        values = [m.value() for m in read_partition(BETA, "kept.held.a", 0)]
+        wait_for(lambda: record_counts(BETA, "kept.held.a") == [70], 240, "held.a again, whole", stream)
+        values = [m.value() for m in read_partition(BETA, "kept.held.a", 0, committed=True)]
         assert values == [f"a-0-{i}".encode() for i in range(50)] + [f"a2-0-{i}".encode() for i in range(20)]
-        assert end_offsets(BETA, "kept.held.b") == [70]
+        assert record_counts(BETA, "kept.held.b") == [70]
         assert stream.stop() == 0
     finally:
         stream.stop()
@@ -340,19 +341,25 @@ def _payload(message: Any) -> int:
             + sum(len(k) + len(v or b"") for k, v in message.headers() or []))
 
 
-# At-least-once records are idempotent, not fenced (flow_lease, W4): on resuming, librdkafka sends what it had built
+# Idempotent at-least-once records are not fenced (flow_lease, W4): on resuming, librdkafka sends what it had built
 # into requests (one waiting to be sent, or the rest of one half written: batch.size, 1 MiB, each; two as a margin),
 # and the writer hands up to 63 more records over before its next lease check.
 _LATE_PAYLOAD_BOUND = 2 * 1_048_576
+_FROZEN_MODES = {  # mode -> (source alias, target alias, flow settings)
+    "at-least-once": ("icy", "thaw", ""),
+    "at-least-once-idempotent": ("ici", "thai", "mirrorflow.records.fenced = false\n"),
+    "exactly-once": ("icx", "thax", "{target}.exactly.once.source.support = enabled\n"),
+}
 
 
-@pytest.mark.parametrize("exactly_once", [False, True], ids=["at-least-once", "exactly-once"])
+@pytest.mark.parametrize("mode", list(_FROZEN_MODES))
 def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
-        stream_clusters: config.MirrorConfig, tmp_path: Path, exactly_once: bool) -> None:
-    source, target = ("icy", "thaw") if not exactly_once else ("icx", "thax")
+        stream_clusters: config.MirrorConfig, tmp_path: Path, mode: str) -> None:
+    source, target, settings = _FROZEN_MODES[mode]
+    fenced = mode != "at-least-once-idempotent"  # its records commit in transactions of the task slots' ids
     flow = f"{source}->{target}"
-    topic = "frozen.e" if exactly_once else "frozen.a"
-    extra = f"topics = {topic}\n" + (f"{target}.exactly.once.source.support = enabled\n" if exactly_once else "")
+    topic = f"frozen.{source}"
+    extra = f"topics = {topic}\n" + settings.format(target=target)
     cfg = tmp_path / "mirror.properties"
     cfg.write_text(config_text((source, target), (PORTS["alpha"], PORTS["beta"]), [flow], extra))
     remote, syncs = f"{source}.{topic}", offset_syncs.topic_name(source)
@@ -367,11 +374,11 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
         backlog.start()
         # Frozen mid-batch: 1,000 records at least already on the target beyond the flow's position (else again).
         for _ in range(20):
-            under_way = _open_transaction_records if exactly_once else _under_way
+            under_way = _open_transaction_records if fenced else _under_way
             deadline = time.monotonic() + 120
-            while under_way(remote, syncs, topic) <= 1_000:  # exactly-once: a batch is brief, so no pause
+            while under_way(remote, syncs, topic) <= 1_000:  # transactional: a batch is brief, so no pause
                 assert time.monotonic() < deadline and first.alive(), "no batch seen under way"
-                time.sleep(0 if exactly_once else 1)
+                time.sleep(0 if fenced else 1)
             first.signal_all(signal.SIGSTOP)
             if under_way(remote, syncs, topic) > 1_000:
                 break
@@ -395,20 +402,22 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
         wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [300_120], 120, "records after the resumed one stopped",
                  second)
         assert second.alive() and "fenced:" not in second.output(), second.output()[-3000:]
-        # Exactly-once: one start-over at most (where the second instance replayed the first's unfinished batch),
-        # then every record in order to the end: nothing the frozen instance had under way landed after the
-        # takeover. At-least-once: at most the requests its producer had built. Positions never go back (both).
-        copies = read_partition(BETA, remote, 0, committed=exactly_once)
+        # Records fenced: nothing the frozen instance had under way landed after the takeover, not even aborted
+        # (the log as a read_uncommitted reader sees it), and a read_committed reader sees every record once, in
+        # order. Idempotent records: at most the requests its producer had built. Positions never go back (all).
+        copies = read_partition(BETA, remote, 0, committed=False)
         offsets = [origin(m).offset for m in copies]
         replays = _replays(offsets)
         # What the frozen instance landed after resuming: between the second's copy of the last backlog record
         # (written before the resume) and the first record produced after the first instance stopped.
         after = next(i for i, o in enumerate(offsets) if o >= 300_100)
         late = copies[offsets.index(300_099, replays[0] if replays else 0) + 1:after]
-        print(f"frozen {'exactly' if exactly_once else 'at-least'}-once: {len(late)} records "
-              f"({sum(map(_payload, late))} bytes) landed after the takeover; start-overs {replays}")
-        if exactly_once:  # what the first had under way aborted: a read_committed reader sees no start-over
-            assert not replays and not late, [(i, offsets[i - 1], offsets[i]) for i in replays]
+        print(f"frozen, {mode}: {len(late)} records ({sum(map(_payload, late))} bytes) landed after the takeover; "
+              f"start-overs {replays}")
+        if fenced:
+            assert not late, (len(late), replays)
+            committed = [origin(m).offset for m in read_partition(BETA, remote, 0, committed=True)]
+            assert committed == list(range(300_120)), _replays(committed)
         else:
             assert replays, "the second instance did not write the first's unfinished batch again"
             assert sum(map(_payload, late[63:])) <= _LATE_PAYLOAD_BOUND, (len(late), replays)
@@ -424,14 +433,16 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
                 stream.stop()
 
 
-@pytest.mark.parametrize("mode", ["at-least-once", "exactly-once"])
+# Transactional (exactly-once, and at-least-once with its records fenced, the default): one writer path.
+@pytest.mark.parametrize("mode", ["at-least-once-idempotent", "exactly-once"])
 def test_a_partition_the_target_does_not_take_is_paused_and_named_while_the_rest_flow(
         stream_clusters: config.MirrorConfig, tmp_path: Path, mode: str) -> None:
     eos = mode == "exactly-once"
     t = "jax" if eos else "jam"  # the topics' name base: the clusters outlive a test
     cfg = tmp_path / "mirror.properties"
     cfg.write_text(config_text(("jam", "road"), (PORTS["alpha"], PORTS["beta"]), ["jam->road"], f"topics = {t}\\..*\n"
-                               + ("road.exactly.once.source.support = enabled\n" if eos else "")))
+                               + ("road.exactly.once.source.support = enabled\n" if eos
+                                  else "mirrorflow.records.fenced = false\n")))
     stream = StreamProcess(cfg, "jam->road", tmp_path / "stream")
     # Exactly-once on one core: one task writes both topics, so the stuck partition's transaction aborts the other's
     # records too, which are written again at once. Its internal topics live on beta's first broker.

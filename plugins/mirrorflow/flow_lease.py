@@ -17,23 +17,25 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
   W3  An instance that takes the lease over from one that did not stop cleanly waits TAKEOVER_WAIT_S
       > CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS before it reads the flow's state or writes anything. A clean
       stop (no batch running, every write acknowledged) leaves a release record in the offset syncs.
-  W4  Every offset sync and anchor (and, exactly-once, every record) is written in a transaction: of one
-      transactional id per task slot (their number recorded in the offset syncs), or of the driver's id. The
-      new holder initialises every one of them (after W3, before it reads the positions or writes records), which
-      bumps each id's producer epoch: the broker refuses every later write of the old holder's transactional
-      producers and aborts their open transactions. `reset` does the same (driver id: its own writes).
+  W4  Every offset sync and anchor (and every record, unless `mirrorflow.records.fenced = false`) is written
+      in a transaction: of one transactional id per task slot (their number recorded in the offset syncs), or
+      of the driver's id. The new holder initialises every one of them (after W3, before it reads the positions
+      or writes records), which bumps each id's producer epoch: the broker refuses every later write of the old
+      holder's transactional producers and aborts their open transactions. `reset` does the same (driver id:
+      its own writes).
   => The old holder's last confirmation precedes its removal from the group, which precedes the takeover;
      by W1 it hands nothing over after that confirmation; by W4 none of its offset syncs, anchors or
-     (exactly-once) records lands after the new holder's fencing. So the new holder sees every position the
+     transactional records lands after the new holder's fencing. So the new holder sees every position the
      old one committed and no position moves backwards; by W1 a writer that lost the lease never initialises
      an id again, so the rightful owner is never fenced. This holds for a frozen process too (SIGSTOP, a long
      GC or swap pause): on resuming, its next confirmation fails (W1) and its transactions are refused (W4).
-  At-least-once records are idempotent, outside transactions, and no broker check fences them: W2 and W3
-  bound what librdkafka still has queued, but it sends a ProduceRequest it had already built (waiting for an
-  in-flight slot, or half written to a full socket) on resuming, without checking message.timeout.ms, and a
-  process frozen right after a check hands up to 63 more records over before the next one. So a frozen
-  at-least-once writer can land, after the takeover, up to two requests of batch.size and 63 records as
-  duplicates. Exactly-once fences them (W4).
+  Idempotent records (`mirrorflow.records.fenced = false`, at-least-once) are outside transactions, and no
+  broker check fences them: W2 and W3 bound what librdkafka still has queued, but it sends a ProduceRequest
+  it had already built (waiting for an in-flight slot, or half written to a full socket) on resuming,
+  without checking message.timeout.ms, and a process frozen right after a check hands up to 63 more records
+  over before the next one. So a frozen writer of idempotent records can land, after the takeover, up to two
+  requests of batch.size and 63 records as duplicates. Hence the default: at-least-once records commit in
+  the task's transaction too (W4).
 """
 
 from __future__ import annotations

@@ -67,6 +67,10 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("admin.timeout.ms", "int", "60000"),
     Key("mirrorflow.provenance.header.enabled", "bool", "true"),
     Key("mirrorflow.audit.schedule", "str", "0 * * * *"),
+    # At-least-once: the records too commit in the task slot's transaction, so a writer that lost the lease lands
+    # none after the takeover (flow_lease, W4); false: idempotent records, no commit markers among them and a
+    # read_committed consumer sees each at once, but a frozen writer can land requests it had built, late.
+    Key("mirrorflow.records.fenced", "bool", "true"),
     # Offset-sync anchors kept per source partition (with its position: 256 live records), and the least
     # spacing between them near the head in target offsets; 0: each batch's end until the bound (anchors.py).
     Key("mirrorflow.offset-syncs.anchors.max", "int", "255"),

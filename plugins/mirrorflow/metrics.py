@@ -129,7 +129,7 @@ class FlowMetrics:
         self.error = ""
         self.pid, self.host = os.getpid(), socket.gethostname()
         self.held: dict[str, tuple[str, int]] = {}  # source topic -> (why, records not written since)
-        self.producer_inits = 0  # exactly-once: transactional producers initialised (each fences its id's last)
+        self.producer_inits = 0  # transactional producers initialised (each fences its id's last)
         self._lock = threading.Lock()
 
     def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:

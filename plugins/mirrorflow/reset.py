@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow import admin_sync, clients, offset_syncs, selection, stream_writer
-from mirrorflow.config import MirrorConfig
+from mirrorflow.config import Cluster, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard
 from mirrorflow.offset_syncs import AnchorRecord, Position, Release, Reset
@@ -76,14 +76,27 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
     syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
     lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
     lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
+    # In transactions of the stream driver's id: initialising it fences a frozen stream's driver (W4).
+    producer = clients.producer(target, **{
+        "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+        "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
+        "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
     try:
         syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
-        if syncs.release is None:  # a stream that did not stop cleanly: its last writes land or expire first
-            lease.wait_out_previous_writer(clean=False)
-            # W4: the stream's transactions (offset syncs) abort, none commits after this reset's positions.
+        clean = syncs.release is not None
+        lease.wait_out_previous_writer(clean)  # a stream that did not stop cleanly: its last writes land or expire
+        _confirm(lease, flow.name, target)
+        try:
+            producer.init_transactions(admin_sync.TIMEOUT_S)
+        except KafkaException as exc:
+            raise OperationalError(f"flow {flow.name}: cannot initialise the stream driver's transactional id on "
+                                   f"{flow.target}: {exc.args[0].str()}; run the reset again") from None
+        if not clean:
+            # W4: the stream's transactions abort, none commits after this reset's positions.
             slots = syncs.writers.slots if syncs.writers is not None else 0
             stream_writer.fence(flow.name, flow.target, clients.settings(target, "producer"),
-                                [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)])
+                                [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)],
+                                lease.keep)
             syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
         positions = syncs.positions
         remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)
@@ -99,17 +112,9 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             records += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
         records.append(Reset(int(time.time() * 1000)))
         records.append(Release(int(time.time() * 1000)))  # all of it acknowledged, or the reset fails
-        member = lease.member_id
-        if member is not None:
-            LeaseGuard.confirm(flow.name, member, clients.settings(target, "admin"))
-        # In a transaction of the stream driver's id: initialising it fences a frozen stream's driver (W4).
-        producer = clients.producer(target, **{
-            "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-            "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
-            "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
+        _confirm(lease, flow.name, target)
         failed: list[str] = []
         try:
-            producer.init_transactions(admin_sync.TIMEOUT_S)
             producer.begin_transaction()
             for record in records:
                 producer.produce(syncs_topic, record.value(), record.key(), partition=0,
@@ -152,6 +157,12 @@ def _remote_gone(cfg: MirrorConfig, flow_name: str, topic: str, partitions: int,
     if behind:
         return f"remote topic {remote} was re-created or truncated on {flow.target}"
     return ""
+
+
+def _confirm(lease: FlowLease, flow: str, target: Cluster) -> None:
+    """W1: the reset writes or initialises a transactional id only while it holds the lease."""
+    if lease.member_id is not None:
+        LeaseGuard.confirm(flow, lease.member_id, clients.settings(target, "admin"))
 
 
 def _resolve(to: str | int, start: int, end: int, tp: tuple[str, int]) -> int:

@@ -20,8 +20,8 @@ A partition the target does not take within the delivery timeout (stream_writer:
 disk) is *stuck*: the driver names it with its cause, pauses it (its records are not written, its position
 stays) and every other partition goes on; after a growing pause (30 s, doubling up to 5 min) a new Spark
 checkpoint at the positions tries it again. Nothing is skipped: a paused partition resumes at its position.
-Exactly-once, its task's transaction aborts with it: the task's other partitions come back *aborted* and are
-written again at once, from a new Spark checkpoint at the positions with the stuck one left out.
+With transactional records, its task's transaction aborts with it: the task's other partitions come back
+*aborted* and are written again at once, from a new Spark checkpoint at the positions with the stuck one left out.
 
 A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker
 restart); a fatal error (a record too large, a fenced writer, a lease another instance holds) or repeated
@@ -125,6 +125,8 @@ class _Driver:
         self.cfg, self.flow, self.options = cfg, flow, options
         self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
         self.exactly_once = self.target.exactly_once
+        # Records in transactions of the task slots' ids (W4): exactly-once, and at-least-once unless turned off.
+        self.transactional = self.exactly_once or flow.flag("mirrorflow.records.fenced")
         self.syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
         self.checkpoint = options.checkpoint or metrics.flow_home(flow) / "checkpoint"
         self.pattern = selection.subscription_pattern(flow)
@@ -184,7 +186,8 @@ class _Driver:
             self.server = metrics.serve(self.options.metrics_port, [self.metrics])
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
                                          self.options.driver_memory)
-        mode = "exactly-once" if self.exactly_once else "at-least-once"
+        mode = ("exactly-once" if self.exactly_once else
+                "at-least-once" if self.transactional else "at-least-once, idempotent records (not fenced)")
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
 
@@ -740,7 +743,7 @@ class _Driver:
 
     def _settle_stuck(self, rows: list[dict[str, Any]], paused: frozenset[tuple[str, int]]
                       ) -> tuple[list[dict[str, Any]], list[Position]]:
-        """Pause the partitions the target did not take in time (one log line each) and, exactly-once, those aborted
+        """Pause the partitions the target did not take in time (one log line each) and, transactional, those aborted
         with them (tried again at once, one line for all), release those it took again; the rows whose positions may
         move (neither stuck, aborted nor paused), and the positions of partitions stuck or aborted before they had
         one (where their batch started: a later start, from any checkpoint, resumes there)."""
@@ -905,7 +908,7 @@ class _Driver:
             source_admin_settings=self.source_admin_settings, target_admin_settings=self.target_admin_settings,
             remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
             downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
-            provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), transactional=self.exactly_once,
+            provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), transactional=self.transactional,
             fence_syncs=True,
             replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,

@@ -8,20 +8,20 @@ target acknowledged every one, then records each partition's position in the off
 batch's first record, so a reader sees a replay at once); the driver turns the summaries into anchors.
 It yields one summary row per source partition for the driver's progress and metrics.
 
-Delivery:
-  at-least-once  idempotent producer, acks=all; syncs are written only after the data is acknowledged, and
+Delivery (`spec.transactional`: exactly-once, and at-least-once unless `mirrorflow.records.fenced = false`):
+  transactional  a task's records and its partitions' offset syncs are committed in one transaction.
+  idempotent     idempotent producer, acks=all; syncs are written only after the data is acknowledged, and
                  commit in a transaction of the task slot's id (below), which fences them (flow_lease, W4).
-  exactly-once   a task's records and its partitions' offset syncs are committed in one transaction.
 The stream's transactional producers: one per task slot (`transactional.id` derived from the flow and the task's
 index in the batch, so a retried task or a second instance fences the earlier writer of that slot), kept by the
 Python worker across batches. An at-least-once backfill writes its syncs with the idempotent producer.
-In both modes records below the partition's committed position (already in the target, known from
-the offset syncs) are skipped, so a replayed batch never writes them twice in exactly-once mode.
+Either way records below the partition's committed position (already in the target, known from
+the offset syncs) are skipped, so a replayed batch never writes them twice when transactional.
 Every record is handed over only under a confirmed lease and expires if not sent within
 DELIVERY_TIMEOUT_MS (flow_lease, W1 and W2). A partition whose records the target did not take in that time
 (no leader, a quota, a full disk, too few in-sync replicas) is *stuck*: its records of the batch count for
 nothing (no offset syncs), its summary says why, and the driver pauses it while every other partition goes on.
-Exactly-once, the task's transaction aborts with it: the task's other partitions are *aborted* (their summaries
+Transactional, the task's transaction aborts with it: the task's other partitions are *aborted* (their summaries
 say so) and the driver writes them again at once, the stuck one paused.
 """
 
@@ -93,7 +93,7 @@ class WriterSpec:
     downstream_next: Mapping[TopicPartition, int]  # where the partition's next record lands, as the syncs say
     syncs_topic: str
     provenance: bool
-    transactional: bool  # records and offset syncs in one transaction per task (exactly-once)
+    transactional: bool  # records and offset syncs in one transaction per task (the stream, unless idempotent)
     # Partitions written out of order (a backfill repairing a gap below the flow's position): their records
     # are appended after later ones, so they get no offset syncs, which must stay monotonic for translation.
     unsynced: frozenset[TopicPartition] = frozenset()
