@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -88,8 +89,15 @@ def test_mm2s_remote_cluster_utils_reads_the_same_topology(chain, repo) -> None:
 
 def test_the_topology_command_prints_the_graph(chain) -> None:  # type: ignore[no-untyped-def]
     _, path, _ = chain
-    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(path), "topology"],
-                         capture_output=True, text=True, timeout=120)
+    command = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(path), "topology"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+    try:
+        stdout, stderr = command.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        command.send_signal(signal.SIGABRT)  # the faulthandler prints where every thread is
+        pytest.fail("mirrorflow topology took over 120 s:\n" + command.communicate()[1][-6000:])
+    out = subprocess.CompletedProcess(command.args, command.returncode, stdout, stderr)
     assert out.returncode == 0, out.stderr
     assert "heard alpha->beta via beta.heartbeats: 2 hop(s) from alpha" in out.stdout
     assert "flows (enabled): alpha->beta, beta->gamma" in out.stdout

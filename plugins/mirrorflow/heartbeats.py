@@ -23,6 +23,7 @@ from typing import Any
 from mirrorflow import admin_sync, clients, wire
 from mirrorflow.config import Cluster, Flow
 from mirrorflow.errors import OperationalError
+from mirrorflow.internal_log import read_to_ends
 from mirrorflow.policy import HEARTBEATS_TOPIC
 
 log = logging.getLogger(__name__)
@@ -51,9 +52,17 @@ class Heartbeat:
 
 def newest(consumer_settings: Mapping[str, Any], topic: str) -> dict[tuple[str, str], Heartbeat]:
     """The newest heartbeat per (source, target) in one heartbeats topic."""
-    out = {}
-    for msg in clients.read_to_end(consumer_settings, topic, "heartbeats"):
-        value = msg.value()
+    return newest_in(consumer_settings, {topic: 1}).get(topic, {})
+
+
+def newest_in(consumer_settings: Mapping[str, Any], topics: Mapping[str, int]
+              ) -> dict[str, dict[tuple[str, str], Heartbeat]]:
+    """The newest heartbeat per (source, target) in each of a cluster's heartbeats topics (topic -> partition
+    count), read with one consumer. Compaction bounds each topic (see admin_sync.COMPACTED)."""
+    out: dict[str, dict[tuple[str, str], Heartbeat]] = {}
+    partitions = [(t, p) for t, n in topics.items() for p in range(n)]
+    for msg in read_to_ends(consumer_settings, partitions, "heartbeats"):
+        topic, value = msg.topic() or "", msg.value()
         if value is None:
             continue
         try:
@@ -61,7 +70,10 @@ def newest(consumer_settings: Mapping[str, Any], topic: str) -> dict[tuple[str, 
         except (ValueError, struct.error):
             log.warning("%s: offset %d is not a heartbeat; ignored", topic, msg.offset())
             continue
-        out[(beat.source, beat.target)] = beat
+        newest = out.setdefault(topic, {})
+        seen = newest.get((beat.source, beat.target))
+        if seen is None or beat.timestamp_ms >= seen.timestamp_ms:
+            newest[(beat.source, beat.target)] = beat
     return out
 
 

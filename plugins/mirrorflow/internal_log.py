@@ -9,7 +9,7 @@ caller folds it into a bounded state of its own. A read fails only when it makes
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -29,13 +29,80 @@ def fetched(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
 _LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT)
 
 
+def _reader_settings(consumer_settings: Mapping[str, Any]) -> dict[str, Any]:
+    # A transactional writer's partition ends in a commit marker, never returned: the read learns it reached the end
+    # from the next, empty fetch, which the broker holds for fetch.wait.max.ms (500 ms by default) per partition read.
+    # The reader is assigned only while it catches up, so a short wait costs no idle fetching.
+    return {**consumer_settings, "group.id": "mirrorflow-internal-reader", "enable.auto.commit": False,
+            "isolation.level": "read_committed", "enable.partition.eof": True, "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 20}
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, idle_timeout_s: float) -> tuple[int, int] | None:
+    """The partition's log start and end; None while the topic does not exist. A leader election (a broker
+    restarting, a topic just created) is waited out for up to `idle_timeout_s`, as a consumer would."""
+    deadline = time.monotonic() + idle_timeout_s
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=idle_timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                return None
+            if error.code() not in _LEADER_MOVING or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.5)
+
+
+def read_to_ends(consumer_settings: Mapping[str, Any], partitions: Sequence[tuple[str, int]], what: str, *,
+                 idle_timeout_s: float = 30.0) -> Iterator[Message]:
+    """Every committed record of several partitions, each from its start to the end it had when reading began.
+
+    One consumer for all of them: a cluster's hundreds of heartbeats topics are one read, not a connection (and a
+    SASL handshake) each. A partition that does not exist reads as empty; the read fails only when it makes no
+    progress for `idle_timeout_s`."""
+    consumer = Consumer(_reader_settings(consumer_settings))
+    try:
+        ends: dict[tuple[str, int], int] = {}
+        assignment = []
+        for topic, partition in partitions:
+            marks = _watermarks(consumer, TopicPartition(topic, partition), idle_timeout_s)
+            if marks is not None and marks[1] > marks[0]:
+                ends[(topic, partition)] = marks[1]
+                assignment.append(TopicPartition(topic, partition, marks[0] if marks[0] > 0 else OFFSET_BEGINNING))
+        if not assignment:
+            return
+        consumer.assign(assignment)
+        progress = time.monotonic()
+        while ends:  # invariant: the partitions still short of the end they had when the read began
+            if time.monotonic() - progress > idle_timeout_s:
+                raise OperationalError(f"{what}: no progress for {idle_timeout_s:.0f} s on "
+                                       f"{', '.join(f'{t}[{p}]' for t, p in sorted(ends)[:5])}"
+                                       f"{' …' if len(ends) > 5 else ''}")
+            for msg in fetched(consumer, 10_000, 1.0):
+                key = (msg.topic() or "", msg.partition() or 0)
+                error = msg.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        ends.pop(key, None)
+                    continue
+                progress = time.monotonic()
+                if key not in ends:
+                    continue
+                if (msg.offset() or 0) + 1 >= ends[key]:
+                    del ends[key]
+                yield msg
+    except KafkaException as exc:
+        raise OperationalError(f"{what}: {exc.args[0].str()}") from None
+    finally:
+        consumer.close()
+
+
 class InternalLog:
     def __init__(self, consumer_settings: Mapping[str, Any], topic: str, what: str, *, partition: int = 0,
                  idle_timeout_s: float = 30.0) -> None:
         self.topic, self.what, self.partition, self.idle_timeout_s = topic, what, partition, idle_timeout_s
-        self._settings = {**consumer_settings, "group.id": "mirrorflow-internal-reader", "enable.auto.commit": False,
-                          "isolation.level": "read_committed", "enable.partition.eof": True,
-                          "auto.offset.reset": "earliest"}
+        self._settings = _reader_settings(consumer_settings)
         self._consumer: Consumer | None = None
         self.next_offset: int | None = None  # the next offset to read; None before the first record
         self.read_records = 0
@@ -47,7 +114,7 @@ class InternalLog:
             if self._consumer is None:
                 self._consumer = Consumer(self._settings)
             consumer = self._consumer
-            ends = self._watermarks(consumer, tp)
+            ends = _watermarks(consumer, tp, self.idle_timeout_s)
             if ends is None:
                 return
             low, high = ends
@@ -55,40 +122,28 @@ class InternalLog:
             if high <= start:
                 return
             consumer.assign([TopicPartition(self.topic, self.partition, start if start > 0 else OFFSET_BEGINNING)])
-            progress = time.monotonic()
-            while True:
-                if time.monotonic() - progress > self.idle_timeout_s:
-                    raise OperationalError(f"{self.what} {self.topic}: no progress for {self.idle_timeout_s:.0f} s "
-                                           f"at offset {self.next_offset} of {high}")
-                done = False
-                for msg in fetched(consumer, 10_000, 1.0):
-                    error = msg.error()
-                    if error is not None:
-                        done = done or error.code() == KafkaError._PARTITION_EOF
-                        continue
-                    progress = time.monotonic()
-                    self.next_offset = (msg.offset() or 0) + 1
-                    self.read_records += 1
-                    yield msg
-                if done or (self.next_offset or 0) >= high:
-                    return
+            try:
+                progress = time.monotonic()
+                while True:
+                    if time.monotonic() - progress > self.idle_timeout_s:
+                        raise OperationalError(f"{self.what} {self.topic}: no progress for {self.idle_timeout_s:.0f} s "
+                                               f"at offset {self.next_offset} of {high}")
+                    done = False
+                    for msg in fetched(consumer, 10_000, 1.0):
+                        error = msg.error()
+                        if error is not None:
+                            done = done or error.code() == KafkaError._PARTITION_EOF
+                            continue
+                        progress = time.monotonic()
+                        self.next_offset = (msg.offset() or 0) + 1
+                        self.read_records += 1
+                        yield msg
+                    if done or (self.next_offset or 0) >= high:
+                        return
+            finally:
+                consumer.unassign()  # no fetching between catch-ups
         except KafkaException as exc:
             raise OperationalError(f"{self.what} {self.topic}: {exc.args[0].str()}") from None
-
-    def _watermarks(self, consumer: Consumer, tp: TopicPartition) -> tuple[int, int] | None:
-        """The partition's log start and end; None while the topic does not exist. A leader election (a broker
-        restarting, a topic just created) is waited out for up to `idle_timeout_s`, as a consumer would."""
-        deadline = time.monotonic() + self.idle_timeout_s
-        while True:
-            try:
-                return consumer.get_watermark_offsets(tp, timeout=self.idle_timeout_s)
-            except KafkaException as exc:
-                error = exc.args[0]
-                if error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                    return None
-                if error.code() not in _LEADER_MOVING or time.monotonic() >= deadline:
-                    raise
-            time.sleep(0.5)
 
     def close(self) -> None:
         if self._consumer is not None:

@@ -85,11 +85,16 @@ def view(cfg: MirrorConfig, now: float | None = None) -> list[ClusterView]:
             found = [h for t in v.heartbeat_topics if (h := hops_in_name(policy, t, other)) > 0]
             if found:
                 v.hops[other] = min(found)
-        settings = clients.settings(cluster, "consumer")
+        try:
+            newest = heartbeats.newest_in(clients.settings(cluster, "consumer"),
+                                          {t: counts[t] for t in v.heartbeat_topics})
+        except OperationalError as exc:
+            v.error = str(exc)
+            continue
         at = time.time() if now is None else now
         for topic in v.heartbeat_topics:
             carried = len(sources_in_name(policy, topic))
-            for beat in heartbeats.newest(settings, topic).values():
+            for beat in newest.get(topic, {}).values():
                 v.paths.append(Path(beat.source, beat.target, topic, carried + 1, at - beat.timestamp_ms / 1000))
     return out
 
