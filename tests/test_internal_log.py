@@ -27,6 +27,7 @@ def commit(p: Producer, topic: str, values: list[bytes], *, abort: bool = False)
     for v in values:
         p.produce(topic, v, partition=0)
     if abort:
+        p.flush(30)  # in the log before the abort marker (unsent records are purged, leaving no trace)
         p.abort_transaction(30)
     else:
         p.commit_transaction(30)
@@ -63,11 +64,12 @@ def test_one_read_returns_each_partitions_committed_records_up_to_the_end_it_had
         got = read([(plain, 0), (fenced, 0), (aborted, 0), (pending, 0), (empty, 0), (f"il-{run}-missing", 0)])
         assert got == {plain: [b"p0", b"p1", b"p2"], fenced: [b"f0", b"f1", b"f2"], aborted: [b"a0"],
                        pending: [b"c0"]}
-        open_tx.commit_transaction(30)
-        assert read([(pending, 0)]) == {pending: [b"c0", b"open"]}
     except BaseException:
         open_tx.abort_transaction(30)
         raise
+    open_tx.commit_transaction(30)
+    assert read([(pending, 0)]) == {pending: [b"c0", b"open"]}
+
 
 def test_a_catch_up_stops_at_a_commit_marker_and_the_next_reads_only_what_followed(local_clusters) -> None:  # type: ignore[no-untyped-def]
     topic = f"il-{uuid.uuid4().hex[:8]}-syncs"
@@ -77,10 +79,11 @@ def test_a_catch_up_stops_at_a_commit_marker_and_the_next_reads_only_what_follow
     log = InternalLog(SETTINGS, topic, "test")
     try:
         assert [m.value() for m in log.catch_up()] == [b"s0", b"s1"]
+        assert log.next_offset == 3  # past the marker at 2: an idle catch-up does not fetch
         assert [m.value() for m in log.catch_up()] == []
         commit(tx, topic, [b"s2"], abort=True)
         commit(tx, topic, [b"s3"])
         assert [m.value() for m in log.catch_up()] == [b"s3"]
-        assert log.read_records == 3
+        assert log.read_records == 3 and log.next_offset == 7
     finally:
         log.close()

@@ -89,15 +89,15 @@ def test_every_field_of_every_record_is_preserved(mirror: StreamProcess) -> None
     wait_for(lambda: sum(record_counts(BETA, "alpha.m1.fields")) >= 7 + 500 + 15, 240, "alpha.m1.fields", mirror)
     assert partition_count(BETA, "alpha.m1.fields") == 4
     for partition, records in sent.items():
-        got = read_partition(BETA, "alpha.m1.fields", partition)
+        got = read_partition(BETA, "alpha.m1.fields", partition, committed=True)
         assert [(m.key(), m.value(), without_provenance(m.headers()) or None, m.timestamp()[1]) for m in got] == \
             records
         assert all(m.timestamp()[0] == 1 for m in got)  # CreateTime
         assert [origin(m).offset for m in got] == list(range(len(records)))
         assert {origin(m).cluster for m in got} == {"alpha"} and {origin(m).topic for m in got} == {"m1.fields"}
-    committed = [m.value() for m in read_partition(BETA, "alpha.m1.fields", 1)]
+    committed = [m.value() for m in read_partition(BETA, "alpha.m1.fields", 1, committed=True)]
     assert committed == [f"txn{i}-{j}".encode() for i in (0, 2, 4) for j in range(5)]  # aborted ones absent
-    assert read_partition(BETA, "alpha.m1.fields", 3) == []  # a partition with no records stays empty
+    assert read_partition(BETA, "alpha.m1.fields", 3, committed=True) == []  # a partition with no records stays empty
 
 
 def test_offset_syncs_translate_every_mirrored_record_exactly(mirror: StreamProcess) -> None:

@@ -11,6 +11,7 @@ from mirrorflow.anchors import Anchor, PartitionAnchors
 from mirrorflow.offset_syncs import Position
 from mirrorflow.translation import (
     PartitionSyncs,
+    Translation,
     mm2_comparison,
     mm2_offset_syncs,
     mm2_target_offset,
@@ -211,6 +212,15 @@ def test_past_the_flows_read_point_the_answer_is_marked_inexact(h: History) -> N
     for u in range(h.read + 1, h.source_end + 3):
         got = target_offset(syncs, u, reader)
         assert not got.exact and got.reason
+
+
+def test_failback_of_a_group_past_a_trailing_commit_marker_is_exact() -> None:
+    """A caught-up group on a transactional target sits past the marker after the last copy."""
+    syncs = PartitionSyncs((Anchor(0, 0), Anchor(2, 2)), Position("t", 0, 3, 3))
+    back = source_offset(syncs, 4, ListReader([0, 1, 2, None]))
+    assert back == Translation(3, True, "")
+    unknown = source_offset(syncs, 6, ListReader([0, 1, 2, None, 3, None]))
+    assert unknown.offset == 4 and not unknown.exact and "past what the flow has written (3)" in unknown.reason
 
 
 def test_a_partition_with_no_records_resumes_at_the_targets_start() -> None:

@@ -35,7 +35,8 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
   without checking message.timeout.ms, and a process frozen right after a check hands up to 63 more records
   over before the next one. So a frozen writer of idempotent records can land, after the takeover, up to two
   requests of batch.size and 63 records as duplicates. Hence the default: at-least-once records commit in
-  the task's transaction too (W4).
+  the task's transaction too (W4). At-least-once backfill repairs (`backfill.py`) are written idempotently, under
+  the lease, whatever the setting: a frozen backfill can land up to that much twice after a stream took over.
 """
 
 from __future__ import annotations

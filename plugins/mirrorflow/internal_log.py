@@ -81,21 +81,26 @@ def read_to_ends(consumer_settings: Mapping[str, Any], partitions: Sequence[tupl
                                        f"{' …' if len(ends) > 5 else ''}")
             for msg in fetched(consumer, 10_000, 1.0):
                 key = (msg.topic() or "", msg.partition() or 0)
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        ends.pop(key, None)
-                    continue
-                progress = time.monotonic()
                 if key not in ends:
                     continue
+                error = msg.error()
+                if error is not None:
+                    if error.code() in (KafkaError._PARTITION_EOF, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                        _done(consumer, ends, key)  # read to its end, or deleted since its watermarks were read
+                    continue
+                progress = time.monotonic()  # only a partition still short of its end counts as progress
                 if (msg.offset() or 0) + 1 >= ends[key]:
-                    del ends[key]
+                    _done(consumer, ends, key)
                 yield msg
     except KafkaException as exc:
         raise OperationalError(f"{what}: {exc.args[0].str()}") from None
     finally:
         consumer.close()
+
+
+def _done(consumer: Consumer, ends: dict[tuple[str, int], int], key: tuple[str, int]) -> None:
+    del ends[key]
+    consumer.pause([TopicPartition(*key)])  # fetches nothing more, so the others' records are all that arrive
 
 
 class InternalLog:
@@ -132,7 +137,11 @@ class InternalLog:
                     for msg in fetched(consumer, 10_000, 1.0):
                         error = msg.error()
                         if error is not None:
-                            done = done or error.code() == KafkaError._PARTITION_EOF
+                            if error.code() == KafkaError._PARTITION_EOF:
+                                done = True
+                                # Past a trailing commit marker: the next catch-up has nothing to read until more
+                                # is appended, and does not fetch to find that out.
+                                self.next_offset = max(self.next_offset or 0, msg.offset() or 0)
                             continue
                         progress = time.monotonic()
                         self.next_offset = (msg.offset() or 0) + 1

@@ -76,12 +76,12 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
     syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
     lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
     lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
-    # In transactions of the stream driver's id: initialising it fences a frozen stream's driver (W4).
-    producer = clients.producer(target, **{
-        "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-        "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
-        "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
     try:
+        # In transactions of the stream driver's id: initialising it fences a frozen stream's driver (W4).
+        producer = clients.producer(target, **{
+            "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+            "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
+            "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
         syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
         clean = syncs.release is not None
         lease.wait_out_previous_writer(clean)  # a stream that did not stop cleanly: its last writes land or expire
@@ -92,11 +92,20 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             raise OperationalError(f"flow {flow.name}: cannot initialise the stream driver's transactional id on "
                                    f"{flow.target}: {exc.args[0].str()}; run the reset again") from None
         if not clean:
-            # W4: the stream's transactions abort, none commits after this reset's positions.
-            slots = syncs.writers.slots if syncs.writers is not None else 0
+            # W4: the stream's transactions abort, none commits after this reset's positions. The slots a frozen
+            # driver recorded while this reset waited count too.
+            before = syncs.writers.slots if syncs.writers is not None else 0
+            syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
+            slots = max(before, syncs.writers.slots if syncs.writers is not None else 0)
+
+            def still_held() -> bool:  # W1 while fencing: never fence the slots of a stream that took over
+                _confirm(lease, flow.name, target)
+                return lease.keep()
+
+            _confirm(lease, flow.name, target)
             stream_writer.fence(flow.name, flow.target, clients.settings(target, "producer"),
                                 [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)],
-                                lease.keep)
+                                still_held)
             syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
         positions = syncs.positions
         remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)

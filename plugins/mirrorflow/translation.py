@@ -195,8 +195,11 @@ def source_offset(syncs: PartitionSyncs, downstream: int, reader: TargetReader |
     one past the newest source record it has consumed a copy of."""
     anchors = syncs.anchors
     j = bisect.bisect_left([a.downstream for a in anchors], downstream) - 1
-    exact = downstream <= syncs.downstream_written
-    note = "" if exact else f"the group is at {downstream}, past what the flow has written ({syncs.downstream_written})"
+    written = syncs.downstream_written
+    # Past the last copy lie the commit marker of a transactional write and other writers' records: a group there
+    # has consumed no copy the syncs do not know of.
+    exact = downstream <= written or (reader is not None and not reader.chunk(written, downstream))
+    note = "" if exact else f"the group is at {downstream}, past what the flow has written ({written})"
     if j < 0:
         if not anchors:
             return Translation(None, exact, note)
