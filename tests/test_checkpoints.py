@@ -79,6 +79,7 @@ def _fill_sources() -> None:
         for i in range(25):
             tx.produce(ORDERS, f"p1-{t}-{i}".encode(), partition=1)
         if t % 4 == 3:
+            tx.flush(30)  # aborted records in the log; an abort racing its own produce requests can be refused
             tx.abort_transaction(30)
         else:
             tx.commit_transaction(30)

@@ -3,10 +3,11 @@ producers (whose partitions end in commit markers), with transactions still open
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import PORTS
 from mirrorflow.internal_log import InternalLog, read_to_ends
 from streams import create_topic, producer
@@ -31,6 +32,19 @@ def commit(p: Producer, topic: str, values: list[bytes], *, abort: bool = False)
         p.abort_transaction(30)
     else:
         p.commit_transaction(30)
+
+
+def settled(topic: str, end: int) -> None:
+    """Wait until the commit markers are written: a commit returns before they are, and the last stable offset
+    stays below them until then."""
+    c = Consumer({"bootstrap.servers": ALPHA, "group.id": "test-internal-log", "isolation.level": "read_committed"})
+    try:
+        deadline = time.monotonic() + 30
+        while c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1] < end:
+            assert time.monotonic() < deadline, f"{topic}: markers not written up to {end}"
+            time.sleep(0.1)
+    finally:
+        c.close()
 
 
 def read(partitions: list[tuple[str, int]]) -> dict[str, list[bytes]]:
@@ -60,6 +74,8 @@ def test_one_read_returns_each_partitions_committed_records_up_to_the_end_it_had
     open_tx.begin_transaction()
     open_tx.produce(pending, b"open", partition=0)
     open_tx.flush(30)
+    for topic, end in ((fenced, 5), (aborted, 5), (pending, 2)):
+        settled(topic, end)
     try:
         got = read([(plain, 0), (fenced, 0), (aborted, 0), (pending, 0), (empty, 0), (f"il-{run}-missing", 0)])
         assert got == {plain: [b"p0", b"p1", b"p2"], fenced: [b"f0", b"f1", b"f2"], aborted: [b"a0"],
@@ -68,6 +84,7 @@ def test_one_read_returns_each_partitions_committed_records_up_to_the_end_it_had
         open_tx.abort_transaction(30)
         raise
     open_tx.commit_transaction(30)
+    settled(pending, 4)
     assert read([(pending, 0)]) == {pending: [b"c0", b"open"]}
 
 
@@ -76,6 +93,7 @@ def test_a_catch_up_stops_at_a_commit_marker_and_the_next_reads_only_what_follow
     create_topic(ALPHA, topic, 1)
     tx = transactional("c")
     commit(tx, topic, [b"s0", b"s1"])
+    settled(topic, 3)
     log = InternalLog(SETTINGS, topic, "test")
     try:
         assert [m.value() for m in log.catch_up()] == [b"s0", b"s1"]
@@ -83,6 +101,7 @@ def test_a_catch_up_stops_at_a_commit_marker_and_the_next_reads_only_what_follow
         assert [m.value() for m in log.catch_up()] == []
         commit(tx, topic, [b"s2"], abort=True)
         commit(tx, topic, [b"s3"])
+        settled(topic, 7)
         assert [m.value() for m in log.catch_up()] == [b"s3"]
         assert log.read_records == 3 and log.next_offset == 7
     finally:
