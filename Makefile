@@ -55,7 +55,7 @@ bench-state: setup
 bench-fence: setup
 	$(BIN)/python tests/benchmark_fence.py
 
-# The stream at 12 and 1,200 partitions, at-least-once and exactly-once (about 10 minutes; not part of `make test`).
+# The stream at 12 and 1,200 partitions in its three delivery modes (about 30 minutes; not part of `make test`).
 bench-eos: setup
 	$(BIN)/python tests/benchmark_eos.py
 
