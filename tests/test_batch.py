@@ -265,3 +265,19 @@ def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: P
         assert sorted(_origins("quarry.bf.pause", 0)) == list(range(20)), report.table()
     finally:
         stream.stop()
+
+
+def test_a_local_sessions_python_workers_start_with_the_writer_already_imported(spark: Any) -> None:
+    # A worker is forked per task from Spark's Python daemon, and a minute idle ends it: the mirrorflow daemon
+    # imports the writer (pyarrow, pandas, confluent-kafka) once, so a new worker does not pay for it.
+    def imported(batches: Any) -> Any:
+        import sys
+
+        preloaded = all(m in sys.modules for m in ("mirrorflow.stream_writer", "pandas", "confluent_kafka"))
+        import pyarrow
+
+        for _ in batches:
+            yield pyarrow.RecordBatch.from_pydict({"preloaded": [preloaded]})
+
+    rows = spark.range(2, numPartitions=2).mapInArrow(imported, "preloaded boolean").collect()
+    assert [r.preloaded for r in rows] == [True, True]

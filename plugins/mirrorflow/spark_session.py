@@ -7,8 +7,10 @@ import re
 import sys
 import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from mirrorflow import local, maven
@@ -57,9 +59,14 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") ->
                    .config("spark.jars", ",".join(str(j) for j in kafka_jars()))
                    .config("spark.driver.memory", driver_memory)
                    .config("spark.ui.enabled", "false"))
+        if master.startswith("local"):  # workers run this interpreter, so they can fork from a warm daemon
+            builder = builder.config("spark.python.daemon.module", "mirrorflow.spark_daemon")
     spark = (builder
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")
+             # Spark's Kafka source drops a partition's consumer after 5 idle minutes; making a new one costs a
+             # quarter to most of a second per partition, paid by the first micro-batch after a quiet spell.
+             .config("spark.kafka.consumer.cache.timeout", "1h")
              .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
@@ -67,6 +74,16 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") ->
     if not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip()))
     return spark
+
+
+def warm_python_workers(spark: SparkSession, tasks: int) -> None:
+    """Start `tasks` Python workers (and their daemon) now, so that the first micro-batch finds them running
+    instead of paying for their start-up; they stay for the next tasks while less than a minute idle."""
+    spark.range(tasks, numPartitions=tasks).mapInArrow(_pass_through, "id long").collect()
+
+
+def _pass_through(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
 
 
 def _quiet(spark: SparkSession, logger: str) -> None:

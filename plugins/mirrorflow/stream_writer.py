@@ -597,20 +597,28 @@ def _max_message_bytes(settings: Mapping[str, Any], topic: str) -> str:
 
 # Producers live as long as the Python worker (Spark reuses workers across tasks).
 _PRODUCERS: dict[str, Producer] = {}
-_PRODUCER_DEFAULTS = {
-    "acks": "all", "enable.idempotence": True, "linger.ms": 5, "batch.size": 1_048_576,
-    "message.max.bytes": 100_000_000, "compression.type": "none",
-    # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits.
-    "queue.buffering.max.kbytes": 65_536,
-    "message.timeout.ms": DELIVERY_TIMEOUT_MS,  # flow_lease W2
-}
+# Batching and compression: the target's `producer.*` settings win (a WAN link wants compression).
+_PRODUCER_TUNING = {"linger.ms": 5, "batch.size": 1_048_576, "compression.type": "none",
+                    # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits.
+                    "queue.buffering.max.kbytes": 65_536}
+# What the delivery guarantees rest on: never a target's setting.
+_PRODUCER_FIXED = {"acks": "all", "enable.idempotence": True, "message.max.bytes": 100_000_000,
+                   "message.timeout.ms": DELIVERY_TIMEOUT_MS}  # flow_lease W2
+_PRODUCER_DROPPED = {"delivery.timeout.ms"}  # librdkafka's other name for message.timeout.ms
+
+
+def producer_config(target_settings: Mapping[str, Any], **fixed: Any) -> dict[str, Any]:
+    """A writer producer's librdkafka settings: the target's producer settings over the writer's batching defaults,
+    under what delivery rests on (acks, idempotence, the W2 timeout) and `fixed` (a transactional id)."""
+    tuned = {k: v for k, v in target_settings.items() if k not in _PRODUCER_DROPPED}
+    return {**_PRODUCER_TUNING, **tuned, **_PRODUCER_FIXED, **fixed}
 
 
 def _idempotent_producer(spec: WriterSpec) -> Producer:
     key = f"{spec.flow}/idempotent"
     producer = _PRODUCERS.get(key)
     if producer is None:
-        producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS})
+        producer = Producer(producer_config(spec.producer_settings))
         _PRODUCERS[key] = producer
     return producer
 
@@ -652,8 +660,8 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
         return kept, True
     _discard(spec, tid)
     _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
-    producer = Producer({**spec.producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
-                         "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+    producer = Producer(producer_config(spec.producer_settings, **{
+        "transactional.id": tid, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))
     producer.init_transactions(60)
     token = f"{os.getpid()}:{uuid.uuid4().hex}"
     _PRODUCERS[tid] = producer
@@ -703,8 +711,8 @@ def fence(flow: str, target: str, producer_settings: Mapping[str, Any], transact
     initialised concurrently; `keep_alive` runs every half second meanwhile (the driver serves its lease).
     """
     def init(tid: str) -> None:
-        producer = Producer({**producer_settings, **_PRODUCER_DEFAULTS, "transactional.id": tid,
-                             "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS})
+        producer = Producer(producer_config(producer_settings, **{
+            "transactional.id": tid, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))
         try:
             producer.init_transactions(60)
         except KafkaException as exc:
