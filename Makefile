@@ -39,9 +39,10 @@ lint: setup
 test: setup lint
 	$(BIN)/pytest
 
-# MirrorMaker 2 vs mirrorflow vs Kafka's perf tools, one run (about 15 minutes; not part of `make test`).
+# MirrorMaker 2 vs mirrorflow (and with lz4, zstd) vs Kafka's perf tools, one run (about 25 minutes, 10 of them
+# idle spells; not part of `make test`).
 bench: setup
-	$(BIN)/python tests/benchmark_mirror.py
+	$(BIN)/python tests/benchmark_mirror.py --compression lz4,zstd
 
 # Backfill and audit cost on this machine, one run (about 5 minutes; not part of `make test`).
 bench-batch: setup

@@ -1,12 +1,15 @@
 """Side-by-side benchmark: Kafka's perf tools (the raw limit), MirrorMaker 2 and mirrorflow, one run.
 
-    make bench                      # or: .venv/bin/python tests/benchmark_mirror.py [--records N]
+    make bench                      # or: .venv/bin/python tests/benchmark_mirror.py [--records N] [--idle S]
+                                    #     [--compression lz4,zstd]
 
 Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of
 1 KiB records; each mirror copies it from an empty target (throughput), then mirrors a fixed
 5,000 records/s for 30 s (replication latency measured by a consumer on the target: arrival time
-minus the record's CreateTime). Peak RSS is summed over each mirror's whole process tree.
-Prints a Markdown table and writes it, with the raw figures, to bench-results.json.
+minus the record's CreateTime), then, after --idle seconds (300) without traffic, one record (its latency).
+Peak RSS and PSS are summed over each mirror's whole process tree. --compression adds a mirrorflow run
+per codec (throughput and latency) with `dst.producer.compression.type` set. Prints MM2's properties and a
+Markdown table, and writes the table, with the raw figures, to bench-results.json.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ def sh(*cmd: str, timeout: float = 1800) -> str:
     return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=timeout).stdout
 
 
-def tree_rss_mb(pid: int) -> float:
-    """RSS of a process and all its descendants, in MiB."""
+def tree_memory_mb(pid: int) -> tuple[float, float]:
+    """(RSS, PSS) of a process and all its descendants, in MiB. RSS counts a page shared by several processes
+    (forked Python workers) once per process; PSS splits it between them, so its sum is what the tree holds."""
     out = sh("ps", "-e", "-o", "pid=,ppid=,rss=")
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
@@ -45,30 +49,36 @@ def tree_rss_mb(pid: int) -> float:
         p, pp, r = (int(x) for x in line.split())
         children.setdefault(pp, []).append(p)
         rss[p] = r
-    total, todo = 0, [pid]
+    total_rss = total_pss = 0
+    todo = [pid]
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
+        total_rss += rss.get(p, 0)
+        with contextlib.suppress(OSError, ValueError):
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_pss += int(line.split()[1])
         todo.extend(children.get(p, []))
-    return total / 1024
+    return total_rss / 1024, total_pss / 1024
 
 
-class PeakRss:
+class PeakMemory:
     def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self._stop = pid, 0.0, threading.Event()
+        self.pid, self.rss, self.pss, self._stop = pid, 0.0, 0.0, threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
         self._t.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             with contextlib.suppress(subprocess.SubprocessError, ValueError):
-                self.peak = max(self.peak, tree_rss_mb(self.pid))
+                rss, pss = tree_memory_mb(self.pid)
+                self.rss, self.pss = max(self.rss, rss), max(self.pss, pss)
             time.sleep(0.5)
 
-    def stop(self) -> float:
+    def stop(self) -> tuple[float, float]:
         self._stop.set()
         self._t.join()
-        return self.peak
+        return self.rss, self.pss
 
 
 def ends(bootstrap: str, topic: str) -> int:
@@ -141,6 +151,27 @@ def latency(src_topic: str, dst_topic: str) -> tuple[float, float]:
     return seen[len(seen) // 2], seen[int(len(seen) * 0.99) - 1]
 
 
+def after_idle(src_topic: str, dst_topic: str, idle_s: float) -> float:
+    """Milliseconds from producing one record, after `idle_s` without traffic, until it is on the target."""
+    c = Consumer({"bootstrap.servers": f"127.0.0.1:{DST}", "group.id": f"bench-idle-{dst_topic}",
+                  "auto.offset.reset": "latest", "fetch.wait.max.ms": 5, **QUIET})
+    c.subscribe([dst_topic])
+    try:
+        c.consume(1000, 5)  # joined, at the end
+        time.sleep(idle_s)
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 0, **QUIET})
+        p.produce(src_topic, b"after a quiet spell", partition=0)
+        p.flush(30)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for m in c.consume(10, 0.05):
+                if not m.error():
+                    return time.time() * 1000 - m.timestamp()[1]
+        raise SystemExit(f"idle phase: the record did not reach {dst_topic} within 120 s")
+    finally:
+        c.close()
+
+
 def perf_tools(jars: Path, records: int) -> dict[str, float]:
     cp = f"{jars}/lib/*"
     out = sh("java", "-Xmx512m", "-cp", cp, "org.apache.kafka.tools.ProducerPerformance", "--topic", "bench",
@@ -156,19 +187,24 @@ def perf_tools(jars: Path, records: int) -> dict[str, float]:
             "consumer_rps": float(row[5]), "consumer_mbs": float(row[3])}
 
 
-def measure(proc: subprocess.Popen[bytes], alias: str, latency_topic: str, records: int) -> dict[str, float]:
-    """Throughput on the backlog, then latency at a fixed rate, and the peak RSS of the mirror's tree."""
-    rss = PeakRss(proc.pid)
+def measure(proc: subprocess.Popen[bytes], alias: str, latency_topic: str, records: int,
+            idle_s: float) -> dict[str, float]:
+    """Throughput on the backlog, latency at a fixed rate, one record after `idle_s` of quiet, and the peak memory
+    of the mirror's tree."""
+    memory = PeakMemory(proc.pid)
     try:
         seconds, copied = wait_copied(f"{alias}.bench", records, proc, 3600)
         p50, p99 = latency(latency_topic, f"{alias}.{latency_topic}")
+        idle_ms = after_idle(latency_topic, f"{alias}.{latency_topic}", idle_s) if idle_s > 0 else float("nan")
     finally:
         proc.terminate()
         proc.wait(120)
-    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss.stop(), "p50_ms": p50, "p99_ms": p99}
+    rss, pss = memory.stop()
+    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss, "peak_pss_mb": pss, "p50_ms": p50,
+            "p99_ms": p99, "after_idle_ms": idle_ms}
 
 
-def run_mm2(jars: Path, work: Path, records: int) -> dict[str, float]:
+def run_mm2(jars: Path, work: Path, records: int, idle_s: float) -> dict[str, float]:
     props = work / "mm2.properties"
     props.write_text(f"""clusters = mm2src, dst
 mm2src.bootstrap.servers = 127.0.0.1:{SRC}
@@ -190,47 +226,56 @@ sync.topic.acls.enabled = false
         proc = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{jars}/lib/*",
                                  "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
                                 stdout=log, stderr=subprocess.STDOUT)
-    return measure(proc, "mm2src", "lat-mm2", records)
+    return measure(proc, "mm2src", "lat-mm2", records, idle_s)
 
 
-def run_mirrorflow(work: Path, records: int) -> dict[str, float]:
-    props = work / "mirrorflow.properties"
-    props.write_text(f"""clusters = src, dst
-src.bootstrap.servers = 127.0.0.1:{SRC}
+def run_mirrorflow(work: Path, records: int, idle_s: float, alias: str = "src", extra: str = "") -> dict[str, float]:
+    """One mirrorflow stream; `alias` names the source (a new remote topic per run), `extra` adds properties."""
+    props = work / f"mirrorflow-{alias}.properties"
+    props.write_text(f"""clusters = {alias}, dst
+{alias}.bootstrap.servers = 127.0.0.1:{SRC}
 dst.bootstrap.servers = 127.0.0.1:{DST}
-src->dst.enabled = true
-src->dst.topics = bench, lat-mf
+{alias}->dst.enabled = true
+{alias}->dst.topics = bench, lat-mf
 replication.factor = 1
 offset-syncs.topic.replication.factor = 1
-""")
-    with open(work / "mirrorflow.log", "wb") as log:
+{extra}""")
+    with open(work / f"mirrorflow-{alias}.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(props), "stream",
-                                 "--flow", "src->dst", "--checkpoint", str(work / "checkpoint")],
+                                 "--flow", f"{alias}->dst", "--checkpoint", str(work / f"checkpoint-{alias}")],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return measure(proc, "src", "lat-mf", records)
+    return measure(proc, alias, "lat-mf", records, idle_s)
 
 
-def table(limit: dict[str, float], mm2: dict[str, float], mf: dict[str, float]) -> str:
+def table(limit: dict[str, float], runs: list[tuple[str, dict[str, float]]]) -> str:
+    """`runs`: (name, figures), MirrorMaker 2 first, then mirrorflow's, the first of them its default."""
     mb = SIZE / 1e6
     rows = [
-        "| run | records/s | MB/s | peak RSS (MiB) | p50 latency @5k/s (ms) | p99 latency @5k/s (ms) |",
-        "|---|---:|---:|---:|---:|---:|",
-        f"| Kafka ProducerPerformance (limit) | {limit['producer_rps']:,.0f} | {limit['producer_mbs']:.1f} | | | |",
-        f"| Kafka ConsumerPerformance | {limit['consumer_rps']:,.0f} | {limit['consumer_mbs']:.1f} | | | |",
+        "| run | records/s | MB/s | peak RSS (MiB) | peak PSS (MiB) | p50 latency @5k/s (ms) | "
+        "p99 latency @5k/s (ms) | one record after an idle spell (ms) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| Kafka ProducerPerformance (limit) | {limit['producer_rps']:,.0f} | {limit['producer_mbs']:.1f} "
+        "| | | | | |",
+        f"| Kafka ConsumerPerformance | {limit['consumer_rps']:,.0f} | {limit['consumer_mbs']:.1f} | | | | | |",
     ]
-    for name, r in (("MirrorMaker 2 (dedicated, tasks.max=12)", mm2), ("mirrorflow (local[*])", mf)):
+    for name, r in runs:
         rows.append(f"| {name} | {r['rps']:,.0f} | {r['rps'] * mb:.1f} | {r['peak_rss_mb']:,.0f} | "
-                    f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} |")
+                    f"{r['peak_pss_mb']:,.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['after_idle_ms']:.0f} |")
+    mm2, mf = runs[0][1], runs[1][1]
     rows.append(f"| **mirrorflow / MM2** | **{mf['rps'] / mm2['rps']:.2f}x** | | "
-                f"{mf['peak_rss_mb'] / mm2['peak_rss_mb']:.2f}x | {mf['p50_ms'] / mm2['p50_ms']:.2f}x | "
-                f"{mf['p99_ms'] / mm2['p99_ms']:.2f}x |")
-    rows.append(f"| **mirrorflow / limit** | **{mf['rps'] / limit['producer_rps']:.2f}x** | | | | |")
+                f"{mf['peak_rss_mb'] / mm2['peak_rss_mb']:.2f}x | {mf['peak_pss_mb'] / mm2['peak_pss_mb']:.2f}x | "
+                f"{mf['p50_ms'] / mm2['p50_ms']:.2f}x | {mf['p99_ms'] / mm2['p99_ms']:.2f}x | "
+                f"{mf['after_idle_ms'] / mm2['after_idle_ms']:.2f}x |")
+    rows.append(f"| **mirrorflow / limit** | **{mf['rps'] / limit['producer_rps']:.2f}x** | | | | | | |")
     return "\n".join(rows)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--idle", type=float, default=300.0, help="seconds of quiet before the one-record probe (0: none)")
+    ap.add_argument("--compression", default="", help="also run mirrorflow with these target compressions (lz4,zstd)")
+    ap.add_argument("--skip-mm2", action="store_true", help="no MM2 run (the ratios need one)")
     args = ap.parse_args()
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
@@ -247,15 +292,26 @@ def main() -> None:
         cache = local.jar_cache()
         limit = perf_tools(maven.fetch("kafka-broker", maven.KAFKA_BROKER, cache), args.records)
         print("limit", limit, flush=True)
-        mm2 = run_mm2(maven.fetch("mirror-maker", maven.MIRROR_MAKER, cache), home, args.records)
-        print("mm2", mm2, flush=True)
-        mf = run_mirrorflow(home, args.records)
-        print("mirrorflow", mf, flush=True)
-        result = table(limit, mm2, mf)
+        runs: list[tuple[str, dict[str, float]]] = []
+        if not args.skip_mm2:
+            runs.append(("MirrorMaker 2 (dedicated, tasks.max=12)",
+                         run_mm2(maven.fetch("mirror-maker", maven.MIRROR_MAKER, cache), home, args.records,
+                                 args.idle)))
+            print("mm2", runs[-1][1], "\nMM2's properties:\n" + (home / "mm2.properties").read_text(), flush=True)
+        runs.append(("mirrorflow (local[*]; at-least-once, records fenced)", run_mirrorflow(home, args.records,
+                                                                                              args.idle)))
+        print("mirrorflow", runs[-1][1], flush=True)
+        for codec in filter(None, args.compression.split(",")):
+            runs.append((f"mirrorflow, dst.producer.compression.type = {codec}", run_mirrorflow(
+                home, args.records, 0, f"src{codec}", f"dst.producer.compression.type = {codec}\n")))
+            print(codec, runs[-1][1], flush=True)
+        result = table(limit, runs) if len(runs) > 1 else json.dumps(runs)
         machine = f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
-        print(f"\n{args.records:,} records of {SIZE} B, {PARTITIONS} partitions, {machine}\n\n{result}")
+        print(f"\n{args.records:,} records of {SIZE} B, {PARTITIONS} partitions, {machine}"
+              f", idle spell {args.idle:.0f} s"
+              f"\n\n{result}")
         Path("bench-results.json").write_text(json.dumps(
-            {"records": args.records, "machine": machine, "limit": limit, "mm2": mm2, "mirrorflow": mf,
+            {"records": args.records, "machine": machine, "idle_s": args.idle, "limit": limit, "runs": runs,
              "table": result}, indent=1))
     finally:
         local.down(cfg, purge=True)
