@@ -6,7 +6,7 @@
 Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of
 1 KiB records; each mirror copies it from an empty target (throughput), then mirrors a fixed
 5,000 records/s for 30 s (replication latency measured by a consumer on the target: arrival time
-minus the record's CreateTime), then, after --idle seconds (300) without traffic, one record (its latency).
+minus the record's CreateTime), then, after --idle seconds (330) without traffic, one record (its latency).
 Peak RSS and PSS are summed over each mirror's whole process tree. --compression adds a mirrorflow run
 per codec (throughput and latency) with `dst.producer.compression.type` set. Prints MM2's properties and a
 Markdown table, and writes the table, with the raw figures, to bench-results.json.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import subprocess
@@ -26,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -153,11 +154,12 @@ def latency(src_topic: str, dst_topic: str) -> tuple[float, float]:
 
 def after_idle(src_topic: str, dst_topic: str, idle_s: float) -> float:
     """Milliseconds from producing one record, after `idle_s` without traffic, until it is on the target."""
+    # Assigned, not subscribed: a group member that does not poll for 5 minutes is dropped from its group.
     c = Consumer({"bootstrap.servers": f"127.0.0.1:{DST}", "group.id": f"bench-idle-{dst_topic}",
-                  "auto.offset.reset": "latest", "fetch.wait.max.ms": 5, **QUIET})
-    c.subscribe([dst_topic])
+                  "fetch.wait.max.ms": 5, **QUIET})
+    c.assign([TopicPartition(dst_topic, 0, OFFSET_END)])
     try:
-        c.consume(1000, 5)  # joined, at the end
+        c.consume(1000, 2)  # at the end
         time.sleep(idle_s)
         p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 0, **QUIET})
         p.produce(src_topic, b"after a quiet spell", partition=0)
@@ -236,7 +238,7 @@ def run_mirrorflow(work: Path, records: int, idle_s: float, alias: str = "src", 
 {alias}.bootstrap.servers = 127.0.0.1:{SRC}
 dst.bootstrap.servers = 127.0.0.1:{DST}
 {alias}->dst.enabled = true
-{alias}->dst.topics = bench, lat-mf
+{alias}->dst.topics = bench, lat-{alias}
 replication.factor = 1
 offset-syncs.topic.replication.factor = 1
 {extra}""")
@@ -244,7 +246,11 @@ offset-syncs.topic.replication.factor = 1
         proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(props), "stream",
                                  "--flow", f"{alias}->dst", "--checkpoint", str(work / f"checkpoint-{alias}")],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return measure(proc, alias, "lat-mf", records, idle_s)
+    return measure(proc, alias, f"lat-{alias}", records, idle_s)
+
+
+def _ms(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.0f}"
 
 
 def table(limit: dict[str, float], runs: list[tuple[str, dict[str, float]]]) -> str:
@@ -260,7 +266,7 @@ def table(limit: dict[str, float], runs: list[tuple[str, dict[str, float]]]) -> 
     ]
     for name, r in runs:
         rows.append(f"| {name} | {r['rps']:,.0f} | {r['rps'] * mb:.1f} | {r['peak_rss_mb']:,.0f} | "
-                    f"{r['peak_pss_mb']:,.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['after_idle_ms']:.0f} |")
+                    f"{r['peak_pss_mb']:,.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {_ms(r['after_idle_ms'])} |")
     mm2, mf = runs[0][1], runs[1][1]
     rows.append(f"| **mirrorflow / MM2** | **{mf['rps'] / mm2['rps']:.2f}x** | | "
                 f"{mf['peak_rss_mb'] / mm2['peak_rss_mb']:.2f}x | {mf['peak_pss_mb'] / mm2['peak_pss_mb']:.2f}x | "
@@ -273,7 +279,8 @@ def table(limit: dict[str, float], runs: list[tuple[str, dict[str, float]]]) -> 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=2_000_000)
-    ap.add_argument("--idle", type=float, default=300.0, help="seconds of quiet before the one-record probe (0: none)")
+    # Past 5 minutes: also past Spark's default 5-minute idle limit for its Kafka consumers.
+    ap.add_argument("--idle", type=float, default=330.0, help="seconds of quiet before the one-record probe (0: none)")
     ap.add_argument("--compression", default="", help="also run mirrorflow with these target compressions (lz4,zstd)")
     ap.add_argument("--skip-mm2", action="store_true", help="no MM2 run (the ratios need one)")
     args = ap.parse_args()
@@ -287,7 +294,8 @@ def main() -> None:
     local.up(cfg)
     try:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{SRC}", **QUIET})
-        for t in ("bench", "lat-mm2", "lat-mf"):
+        codecs = [c for c in args.compression.split(",") if c]
+        for t in ("bench", "lat-mm2", "lat-src", *(f"lat-src{c}" for c in codecs)):
             admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
         cache = local.jar_cache()
         limit = perf_tools(maven.fetch("kafka-broker", maven.KAFKA_BROKER, cache), args.records)
@@ -301,11 +309,11 @@ def main() -> None:
         runs.append(("mirrorflow (local[*]; at-least-once, records fenced)", run_mirrorflow(home, args.records,
                                                                                               args.idle)))
         print("mirrorflow", runs[-1][1], flush=True)
-        for codec in filter(None, args.compression.split(",")):
+        for codec in codecs:
             runs.append((f"mirrorflow, dst.producer.compression.type = {codec}", run_mirrorflow(
                 home, args.records, 0, f"src{codec}", f"dst.producer.compression.type = {codec}\n")))
             print(codec, runs[-1][1], flush=True)
-        result = table(limit, runs) if len(runs) > 1 else json.dumps(runs)
+        result = json.dumps(runs) if args.skip_mm2 else table(limit, runs)
         machine = f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
         print(f"\n{args.records:,} records of {SIZE} B, {PARTITIONS} partitions, {machine}"
               f", idle spell {args.idle:.0f} s"

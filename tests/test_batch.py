@@ -271,13 +271,17 @@ def test_a_local_sessions_python_workers_start_with_the_writer_already_imported(
     # A worker is forked per task from Spark's Python daemon, and a minute idle ends it: the mirrorflow daemon
     # imports the writer (pyarrow, pandas, confluent-kafka) once, so a new worker does not pay for it.
     def imported(batches: Any) -> Any:
+        import os
         import sys
 
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            forked_from = f.read().replace(b"\0", b" ").decode()
         preloaded = all(m in sys.modules for m in ("mirrorflow.stream_writer", "pandas", "confluent_kafka"))
         import pyarrow
 
         for _ in batches:
-            yield pyarrow.RecordBatch.from_pydict({"preloaded": [preloaded]})
+            yield pyarrow.RecordBatch.from_pydict({"daemon": [forked_from], "preloaded": [preloaded]})
 
-    rows = spark.range(2, numPartitions=2).mapInArrow(imported, "preloaded boolean").collect()
+    rows = spark.range(2, numPartitions=2).mapInArrow(imported, "daemon string, preloaded boolean").collect()
+    assert all("-m mirrorflow.spark_daemon " in r.daemon for r in rows), rows
     assert [r.preloaded for r in rows] == [True, True]

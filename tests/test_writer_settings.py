@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
+from mirrorflow.errors import ConfigError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS
-from mirrorflow.stream_writer import producer_config
+from mirrorflow.stream_writer import check_producer_tuning, producer_config
 
 
 def test_the_targets_batching_and_compression_settings_reach_the_writer() -> None:
@@ -20,7 +24,24 @@ def test_without_target_settings_the_writer_batches_a_megabyte_uncompressed() ->
 
 def test_what_delivery_rests_on_is_the_writers_whatever_the_target_says() -> None:
     config = producer_config({"acks": "1", "enable.idempotence": "false", "delivery.timeout.ms": "600000",
-                              "message.timeout.ms": "600000"}, **{"transactional.id": "t"})
+                              "message.timeout.ms": "600000"}, {"transactional.id": "t"})
     assert (config["acks"], config["enable.idempotence"]) == ("all", True)
     assert config["message.timeout.ms"] == DELIVERY_TIMEOUT_MS and "delivery.timeout.ms" not in config
     assert config["transactional.id"] == "t"
+
+
+def test_a_targets_transactional_id_or_retries_never_reach_the_writer() -> None:
+    config = producer_config({"transactional.id": "theirs", "transaction.timeout.ms": "900000", "retries": "0",
+                              "max.in.flight.requests.per.connection": "50"})
+    assert not {"transactional.id", "transaction.timeout.ms", "retries",
+                "max.in.flight.requests.per.connection"} & set(config)
+
+
+@pytest.mark.parametrize(("key", "value"), [("batch.size", "0"), ("linger.ms", "20000"), ("linger.ms", "soon")])
+def test_a_batching_setting_the_writer_cannot_take_is_a_config_error_naming_the_key(key: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=rf"^backup\.producer\.{re.escape(key)}: '{value}': the stream's writer"):
+        check_producer_tuning({key: value}, "backup")
+
+
+def test_batching_settings_the_writer_takes_pass_the_check() -> None:
+    check_producer_tuning({"batch.size": "16384", "linger.ms": "0", "compression.type": "lz4"}, "backup")

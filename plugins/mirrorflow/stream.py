@@ -133,6 +133,7 @@ class _Driver:
         self.metrics = metrics.FlowMetrics(flow.name, flow.source, flow.target)
         # Resolved once: every micro-batch ships them to the executors.
         self.producer_settings = clients.settings(self.target, "producer")
+        stream_writer.check_producer_tuning(self.producer_settings, self.target.alias)
         self.consumer_settings = clients.settings(self.target, "consumer")
         self.source_admin_settings = clients.settings(self.source, "admin")
         self.target_admin_settings = clients.settings(self.target, "admin")
@@ -196,7 +197,7 @@ class _Driver:
         try:
             spark_session.warm_python_workers(self.spark, self._task_slots())
         except Exception as exc:  # only a head start: the first batch starts the workers itself
-            log.debug("flow %s: Python workers not started ahead: %s", self.flow.name, exc)
+            log.info("flow %s: Python workers not started ahead of the first batch: %s", self.flow.name, exc)
 
     def _take_over(self, fresh: bool) -> None:
         """With the lease just held (at start, or regained): wait out the previous holder's writes unless it stopped

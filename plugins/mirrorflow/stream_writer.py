@@ -44,7 +44,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from mirrorflow import metrics, offset_syncs, provenance
 from mirrorflow.anchors import Anchor
-from mirrorflow.errors import OperationalError
+from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
 from mirrorflow.offset_syncs import Position
 
@@ -604,14 +604,31 @@ _PRODUCER_TUNING = {"linger.ms": 5, "batch.size": 1_048_576, "compression.type":
 # What the delivery guarantees rest on: never a target's setting.
 _PRODUCER_FIXED = {"acks": "all", "enable.idempotence": True, "message.max.bytes": 100_000_000,
                    "message.timeout.ms": DELIVERY_TIMEOUT_MS}  # flow_lease W2
-_PRODUCER_DROPPED = {"delivery.timeout.ms"}  # librdkafka's other name for message.timeout.ms
+# The writer's own, or another name for one of the above (delivery.timeout.ms is message.timeout.ms).
+_PRODUCER_DROPPED = {"delivery.timeout.ms", "transactional.id", "transaction.timeout.ms",
+                     "max.in.flight.requests.per.connection", "retries"}
 
 
-def producer_config(target_settings: Mapping[str, Any], **fixed: Any) -> dict[str, Any]:
+def producer_config(target_settings: Mapping[str, Any], fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A writer producer's librdkafka settings: the target's producer settings over the writer's batching defaults,
     under what delivery rests on (acks, idempotence, the W2 timeout) and `fixed` (a transactional id)."""
     tuned = {k: v for k, v in target_settings.items() if k not in _PRODUCER_DROPPED}
-    return {**_PRODUCER_TUNING, **tuned, **_PRODUCER_FIXED, **fixed}
+    return {**_PRODUCER_TUNING, **tuned, **_PRODUCER_FIXED, **(fixed or {})}
+
+
+def check_producer_tuning(target_settings: Mapping[str, Any], target: str) -> None:
+    """Raise ConfigError for a batching setting librdkafka would refuse in the writer (Java allows batch.size 0)."""
+    for key, low, high in (("batch.size", 1, None), ("linger.ms", 0, DELIVERY_TIMEOUT_MS - 1)):
+        if key not in target_settings:
+            continue
+        try:
+            value = float(target_settings[key])
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not (value >= low and (high is None or value <= high)):  # NaN fails both
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ConfigError(f"{target_settings[key]!r}: the stream's writer needs {bound}",
+                              key=f"{target}.producer.{key}")
 
 
 def _idempotent_producer(spec: WriterSpec) -> Producer:
@@ -660,7 +677,7 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
         return kept, True
     _discard(spec, tid)
     _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
-    producer = Producer(producer_config(spec.producer_settings, **{
+    producer = Producer(producer_config(spec.producer_settings, {
         "transactional.id": tid, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))
     producer.init_transactions(60)
     token = f"{os.getpid()}:{uuid.uuid4().hex}"
@@ -711,7 +728,7 @@ def fence(flow: str, target: str, producer_settings: Mapping[str, Any], transact
     initialised concurrently; `keep_alive` runs every half second meanwhile (the driver serves its lease).
     """
     def init(tid: str) -> None:
-        producer = Producer(producer_config(producer_settings, **{
+        producer = Producer(producer_config(producer_settings, {
             "transactional.id": tid, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))
         try:
             producer.init_transactions(60)
