@@ -350,11 +350,8 @@ def cmd_airflow(args: argparse.Namespace) -> int:
         print(f"Airflow: not running (home {state.home})")
         return 0 if args.action != "up" else 1
     print(f"Airflow: running (pid {state.pid}), UI and API at {state.url}, home {state.home}")
-    if state.new_password:
-        print(f"  login: {local_airflow.USER} / {state.new_password}   (shown once; kept in "
-              f"{state.home / 'passwords.json'})")
-    else:
-        print(f"  login: {local_airflow.USER}, password in {state.home / 'passwords.json'}")
+    fresh = " (just generated; mode 0600)" if state.new_password else ""
+    print(f"  login: {local_airflow.USER}, password in {state.home / 'passwords.json'}{fresh}")
     return 0
 
 

@@ -2,7 +2,7 @@
 
 Project-local and development-only, as Airflow means standalone to be: SQLite in `.mirrorflow/airflow`,
 LocalExecutor, the repo's `dags/` and `plugins/`, no examples, one admin user whose generated password is
-kept in `.mirrorflow/airflow/passwords.json` (mode 0600) and printed once, when it is created. The Spark
+kept in `.mirrorflow/airflow/passwords.json` (mode 0600), never printed. The Spark
 connection `mirrorflow_spark` points at Spark local mode. DAGs start unpaused, so the scheduler runs each
 enabled flow's stream as soon as the flow is requested running.
 """
