@@ -24,7 +24,7 @@ def test_without_target_settings_the_writer_batches_a_megabyte_uncompressed() ->
 
 def test_what_delivery_rests_on_is_the_writers_whatever_the_target_says() -> None:
     config = producer_config({"acks": "1", "enable.idempotence": "false", "delivery.timeout.ms": "600000",
-                              "message.timeout.ms": "600000"}, {"transactional.id": "t"})
+                              "message.timeout.ms": "600000"}, transactional_id="t")
     assert (config["acks"], config["enable.idempotence"]) == ("all", True)
     assert config["message.timeout.ms"] == DELIVERY_TIMEOUT_MS and "delivery.timeout.ms" not in config
     assert config["transactional.id"] == "t"

@@ -609,11 +609,13 @@ _PRODUCER_DROPPED = {"delivery.timeout.ms", "transactional.id", "transaction.tim
                      "max.in.flight.requests.per.connection", "retries"}
 
 
-def producer_config(target_settings: Mapping[str, Any], fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def producer_config(target_settings: Mapping[str, Any], transactional_id: str | None = None) -> dict[str, Any]:
     """A writer producer's librdkafka settings: the target's producer settings over the writer's batching defaults,
-    under what delivery rests on (acks, idempotence, the W2 timeout) and `fixed` (a transactional id)."""
+    under what delivery rests on (acks, idempotence, the W2 timeout) and, given one, the transactional id."""
     tuned = {k: v for k, v in target_settings.items() if k not in _PRODUCER_DROPPED}
-    return {**_PRODUCER_TUNING, **tuned, **_PRODUCER_FIXED, **(fixed or {})}
+    transactional = {} if transactional_id is None else {
+        "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+    return {**_PRODUCER_TUNING, **tuned, **_PRODUCER_FIXED, **transactional}
 
 
 def check_producer_tuning(target_settings: Mapping[str, Any], target: str) -> None:
@@ -677,8 +679,7 @@ def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
         return kept, True
     _discard(spec, tid)
     _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
-    producer = Producer(producer_config(spec.producer_settings, {
-        "transactional.id": tid, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))
+    producer = Producer(producer_config(spec.producer_settings, tid))
     producer.init_transactions(60)
     token = f"{os.getpid()}:{uuid.uuid4().hex}"
     _PRODUCERS[tid] = producer
@@ -728,8 +729,7 @@ def fence(flow: str, target: str, producer_settings: Mapping[str, Any], transact
     initialised concurrently; `keep_alive` runs every half second meanwhile (the driver serves its lease).
     """
     def init(tid: str) -> None:
-        producer = Producer(producer_config(producer_settings, {
-            "transactional.id": tid, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}))
+        producer = Producer(producer_config(producer_settings, tid))
         try:
             producer.init_transactions(60)
         except KafkaException as exc:
