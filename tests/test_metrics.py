@@ -62,3 +62,16 @@ def test_the_progress_line_names_three_stuck_partitions_and_counts_the_rest() ->
     line = metrics.progress_line(fm.snapshot())
     assert line.count("STUCK (paused): no leader") == 3 and "and 2 more partition(s) STUCK (paused)" in line
     assert len(fm.snapshot()["stuck-partitions"]) == 5
+
+
+def test_batch_timings_are_means_over_the_last_batches_only() -> None:
+    m = metrics.FlowMetrics("a->b", "a", "b")
+    for _ in range(metrics.BATCH_TIMES):
+        m.observe_batch_time(10_000.0, 9_000.0)  # pushed out by the batches below
+    for _ in range(metrics.BATCH_TIMES):
+        m.observe_batch_time(300.0, 250.0)
+        m.observe_trigger_overhead(120.0)
+    s = m.snapshot()
+    assert (s["batch-ms-avg"], s["batch-write-ms-avg"], s["batch-driver-ms-avg"]) == (300.0, 250.0, 50.0)
+    assert s["trigger-overhead-ms-avg"] == 120.0
+    assert len(m.batch_times) == metrics.BATCH_TIMES

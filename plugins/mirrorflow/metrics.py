@@ -13,6 +13,7 @@ Invariants, each tested:
 from __future__ import annotations
 
 import bisect
+import collections
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ from typing import Any
 from mirrorflow import local
 from mirrorflow.config import Flow
 
+BATCH_TIMES = 100  # micro-batches whose timings the metrics keep
 # Upper bounds (ms) of the latency and age histograms; the last bucket is open.
 BOUNDS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 300, 500, 750, 1000, 2000, 5000, 10_000, 30_000, 60_000,
              300_000, 3_600_000)
@@ -130,6 +132,10 @@ class FlowMetrics:
         self.pid, self.host = os.getpid(), socket.gethostname()
         self.held: dict[str, tuple[str, int]] = {}  # source topic -> (why, records not written since)
         self.producer_inits = 0  # transactional producers initialised (each fences its id's last)
+        # The last BATCH_TIMES micro-batches: (foreachBatch ms, of which the write job ms), and Spark's own time per
+        # trigger outside foreachBatch (offsets, planning, offset and commit logs), as sampled from its progress.
+        self.batch_times: collections.deque[tuple[float, float]] = collections.deque(maxlen=BATCH_TIMES)
+        self.trigger_overheads: collections.deque[float] = collections.deque(maxlen=BATCH_TIMES)
         self._lock = threading.Lock()
 
     def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -152,6 +158,14 @@ class FlowMetrics:
                 m.age.merge(r["records"], r["age_sum"], r["age_min"], r["age_max"], ())
             for m in self.partitions.values():
                 m.window.append((now, m.records, m.bytes))
+
+    def observe_batch_time(self, batch_ms: float, write_ms: float) -> None:
+        with self._lock:
+            self.batch_times.append((batch_ms, write_ms))
+
+    def observe_trigger_overhead(self, ms: float) -> None:
+        with self._lock:
+            self.trigger_overheads.append(ms)
 
     def refused(self, tp: tuple[str, int]) -> int:
         """Records of the partition refused so far (they would have returned to the topic they came from)."""
@@ -223,12 +237,20 @@ class FlowMetrics:
             for m in self.partitions.values():
                 latency.merge(m.latency.count, m.latency.total, m.latency.minimum, m.latency.maximum,
                               m.latency.buckets)
+            times = list(self.batch_times)
+            batch_ms = sum(t for t, _ in times) / len(times) if times else 0.0
+            write_ms = sum(w for _, w in times) / len(times) if times else 0.0
+            overheads = list(self.trigger_overheads)
             return {
                 "flow": self.flow, "source": self.source, "target": self.target, "state": self.state,
                 "error": self.error, "pid": self.pid, "host": self.host,
                 "updated": now, "started": self.started, "batches": self.batches,
                 "transactional-producer-inits": self.producer_inits,
                 "last-batch": self.last_batch,
+                # Means over the last BATCH_TIMES batches: the driver's own part of a batch is batch minus write.
+                "batch-ms-avg": round(batch_ms, 1), "batch-write-ms-avg": round(write_ms, 1),
+                "batch-driver-ms-avg": round(batch_ms - write_ms, 1),
+                "trigger-overhead-ms-avg": round(sum(overheads) / len(overheads), 1) if overheads else 0.0,
                 "record-count": sum(p["record-count"] for p in parts),
                 "byte-count": sum(p["byte-count"] for p in parts),
                 "refused-count": sum(p["refused-count"] for p in parts),
