@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -170,6 +171,25 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
         assert stream.stop() == 0, stream.output()[-3000:]
     for part in range(3):
         assert _origins("quarry.bf.seed", part) == list(range(110)), part
+
+    # The stream recorded digest units of what it wrote: the audit proves those records from the target alone.
+    since = Window(int(time.time() * 1000) - 15 * 60_000, None)
+    proven = audit.run(cfg, FLOW, topics=r"bf\.seed", window=since, spark=spark)
+    print(proven.table())
+    assert proven.complete and (proven.mode, proven.digest_records, proven.total("source_records")) == (
+        "digests", 30, 30)
+    # A second copy of source offset 105 of partition 0: that partition's unit no longer matches, and the audit
+    # reads both sides of it and names the duplicate; the other partitions stay proven by their units.
+    [copy] = [m for m in read_partition(BETA, "quarry.bf.seed", 0) if Provenance.parse(dict(m.headers())[HEADER]).offset
+              == 105]
+    p = producer(BETA)
+    p.produce("quarry.bf.seed", copy.value(), copy.key(), partition=0, headers=copy.headers(),
+              timestamp=copy.timestamp()[1])
+    assert p.flush(30) == 0
+    rechecked = audit.run(cfg, FLOW, topics=r"bf\.seed", window=since, spark=spark)
+    print(rechecked.table())
+    assert (rechecked.digest_records, rechecked.total("source_records")) == (20, 30)
+    assert rechecked.total("duplicated") == 1 and rechecked.partitions[0].duplicated_ranges == ((105, 105),)
 
 
 def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_broken_mirror(

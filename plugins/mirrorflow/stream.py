@@ -52,6 +52,7 @@ from py4j.protocol import Py4JError
 from mirrorflow import (
     admin_sync,
     clients,
+    digests,
     lifecycle,
     metrics,
     offset_syncs,
@@ -149,6 +150,10 @@ class _Driver:
         self.anchor_limit = flow.number("mirrorflow.offset-syncs.anchors.max")
         self.anchor_spacing = flow.number("mirrorflow.offset-syncs.anchors.spacing")
         self.first_batch_of_query = True
+        self.digests_topic = digests.topic_name(flow.source)
+        self.ledger = digests.Ledger()
+        self.digest_producer: Any = None  # idempotent, created with the first unit
+        self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
         self.prune_due = 0.0
         self.incarnations_due = 0.0
         self.held_due = 0.0
@@ -172,6 +177,9 @@ class _Driver:
         created = admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
                                                    self.flow.number("offset-syncs.topic.replication.factor"),
                                                    admin_sync.COMPACTED)
+        admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.digests_topic,
+                                         self.flow.number("offset-syncs.topic.replication.factor"),
+                                         {"cleanup.policy": "delete", "retention.ms": str(digests.RETENTION_MS)})
         consumer_settings = self.consumer_settings
         # Watching before the lease is held: whoever sees the lease held can stop the stream.
         self.stop_watch = lifecycle.StopWatch(self.cfg, self.flow, self._stop_requested)
@@ -391,6 +399,7 @@ class _Driver:
                 records.append(Incarnation(topic, None))
         if gone:
             self.metrics.forget(gone)
+            self.ledger.forget(gone)
             log.warning("flow %s: source topic(s) %s %s: their offset syncs removed%s", self.flow.name,
                         ", ".join(sorted(gone)), why, "; mirrored again from the new topic's earliest offset"
                         if why == "re-created" else "")
@@ -455,6 +464,10 @@ class _Driver:
     def close(self) -> None:
         if self.stop_watch is not None:
             self.stop_watch.stop()
+        self._send_units(self.ledger.drain())  # folded in only from batches done: true whatever stopped the stream
+        if self.digest_producer is not None and self.digest_producer.flush(10):
+            log.warning("flow %s: some digest units did not reach %s (the audit reads both sides there)",
+                        self.flow.name, self.digests_topic)
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if self.lease is not None:
@@ -612,6 +625,10 @@ class _Driver:
         progress = query.lastProgress
         if not progress or not progress.get("sources"):
             return
+        durations = progress.get("durationMs") or {}
+        if progress.get("batchId") != self.last_progress_batch and "triggerExecution" in durations:
+            self.last_progress_batch = progress.get("batchId")
+            self.metrics.observe_trigger_overhead(durations["triggerExecution"] - durations.get("addBatch", 0))
         latest = progress["sources"][0].get("latestOffset")
         try:
             offsets = json.loads(latest) if isinstance(latest, str) else latest
@@ -673,6 +690,7 @@ class _Driver:
         return json.dumps(offsets)
 
     def _batch(self, df: Any, batch_id: int) -> None:
+        begun = time.monotonic()
         self._confirm_lease()
         ends = self._batch_ends(batch_id)
         counts: dict[str, int] = {}
@@ -699,9 +717,11 @@ class _Driver:
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
         # A slot's id is used only once fenced and recorded (between queries).
         tasks = min(self._task_slots(), self.writer_slots or 1)
+        writing = time.monotonic()
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
                 .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
+        written = time.monotonic()
         self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
         for r in rows:
             if r["topic"] in self.held:
@@ -732,6 +752,7 @@ class _Driver:
             if self.stuck.pop(tp, None) is not None:
                 self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
         self._write_syncs(records)
+        self._record_digests(rows, begins, ends, quiet)
         self.first_batch_of_query = False
         self.previous_batch = (batch_id, ends)
         for r in rows:
@@ -742,6 +763,39 @@ class _Driver:
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
         self.metrics.observe(rows)
+        done = time.monotonic()
+        self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
+
+    def _record_digests(self, rows: list[dict[str, Any]], begins: Mapping[tuple[str, int], int],
+                        ends: Mapping[tuple[str, int], int], quiet: Mapping[tuple[str, int], int]) -> None:
+        """Fold the batch's settled partitions into the digest ledger and send the units it emits (digests.py).
+        Best effort: a unit lost to a crash leaves a gap the audit reads both sides for."""
+        now = time.monotonic()
+        units: list[digests.Unit] = []
+        for r in rows:
+            tp = (r["topic"], r["partition"])
+            begin = begins.get(tp, r["first_offset"])
+            if begin is None or r["stuck"] or r["aborted"]:
+                continue
+            cells = [digests.CellDigest(*c) for c in zip(r["digest_cells"], r["digest_records"], r["digest_refused"],
+                                                         r["digest_xors"], r["digest_target_firsts"], strict=True)]
+            units += self.ledger.add(tp, begin, max(ends.get(tp, -1), r["upstream_next"]), cells, now)
+        written = {(r["topic"], r["partition"]) for r in rows}
+        for tp, end in quiet.items():  # no record of the batch (or its trailing markers, covered above)
+            if tp in begins and tp not in written:
+                units += self.ledger.add(tp, begins[tp], end, [], now)
+        self._send_units(units + self.ledger.due(now))
+
+    def _send_units(self, units: list[digests.Unit]) -> None:
+        if not units:
+            return
+        if self.digest_producer is None:
+            self.digest_producer = clients.producer(self.target, **{
+                "acks": "all", "enable.idempotence": True, "linger.ms": 100, "compression.type": "lz4"})
+        for u in units:
+            key, value = u.encode()
+            self.digest_producer.produce(self.digests_topic, value, key)
+        self.digest_producer.poll(0)
 
     def _stuck_due(self) -> list[tuple[str, int]]:
         """Paused partitions whose pause is over: tried again once the query stopped, from a new Spark checkpoint

@@ -39,10 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from mirrorflow import metrics, offset_syncs, provenance
+from mirrorflow import digests, metrics, offset_syncs, provenance
 from mirrorflow.anchors import Anchor
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
@@ -51,7 +52,8 @@ from mirrorflow.offset_syncs import Position
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ts")
+INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", "headers", "unix_millis(timestamp) AS ts",
+                 f"{digests.RECORD_DIGEST} AS digest")
 SUMMARY_SCHEMA = (
     "topic string, partition int, first_offset long, records long, bytes long, skipped long, refused long, "
     "first_refused long, filtered long, "
@@ -59,7 +61,8 @@ SUMMARY_SCHEMA = (
     "last_upstream long, last_downstream long, replay boolean, syncs long, "
     "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
     "age_min long, age_max long, age_sum long, last_timestamp long, stuck string, aborted boolean, "
-    "producer_inits long"
+    "producer_inits long, digest_cells array<long>, digest_records array<long>, digest_refused array<long>, "
+    "digest_xors array<long>, digest_target_firsts array<long>"
 )
 FATAL = "mirrorflow-fatal: "
 # Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
@@ -274,9 +277,13 @@ class _Summary:
         self.last_timestamp = -1
         self.stuck: str | None = None  # why the target did not take the partition's records in time
         self.aborted = False  # transactional: rolled back with the task's transaction, for another partition
+        self.cells: dict[int, list[int]] = {}  # cell -> [records, refused, xor] of the batch (digests.py)
+        self.pairs: tuple[list[int], list[int]] = ([], [])  # the write's upstream offsets and their acknowledgements
 
     def row(self) -> dict[str, Any]:
         first, last = self.first, self.last
+        cells = sorted(self.cells)
+        firsts = _target_firsts(*self.pairs)
         return {
             "topic": self.tp[0], "partition": self.tp[1], "first_offset": self.first_offset,
             "records": self.records, "bytes": self.bytes,
@@ -290,8 +297,22 @@ class _Summary:
             "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
             "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
             "last_timestamp": self.last_timestamp, "stuck": self.stuck, "aborted": self.aborted,
-            "producer_inits": 0,
+            "producer_inits": 0, "digest_cells": cells, "digest_records": [self.cells[c][0] for c in cells],
+            "digest_refused": [self.cells[c][1] for c in cells], "digest_xors": [self.cells[c][2] for c in cells],
+            "digest_target_firsts": [firsts.get(c) for c in cells],
         }
+
+    def digest(self, offsets: np.ndarray, record_digests: np.ndarray, refused: list[tuple[int, int]]) -> None:
+        """Fold a run of the partition's records in; `refused`: (offset, digest) of those refused (not written)."""
+        for cell, records, xor in digests.cell_digests(offsets, record_digests):
+            into = self.cells.setdefault(cell, [0, 0, 0])
+            into[0] += records
+            into[2] = int(np.int64(into[2]) ^ np.int64(xor))
+        for offset, d in refused:
+            into = self.cells[offset // digests.CELL]
+            into[0] -= 1
+            into[1] += 1
+            into[2] = int(np.int64(into[2]) ^ np.int64(d))
 
     def discard(self) -> None:
         """Nothing of the batch counts (its records are written again): no position, no mirrored record."""
@@ -299,6 +320,15 @@ class _Summary:
         self.first = self.last = None
         self.records = self.bytes = self.skipped = self.refused = 0
         self.first_refused = None
+        self.cells.clear()
+
+
+def _target_firsts(written: list[int], acked: list[int]) -> dict[int, int]:
+    """Per cell of upstream offsets, the target offset of its first copy (written and acknowledged in order)."""
+    firsts: dict[int, int] = {}
+    for upstream, downstream in zip(written, acked, strict=False):
+        firsts.setdefault(upstream // digests.CELL, downstream)
+    return firsts
 
 
 class _PartitionWrite:
@@ -322,6 +352,7 @@ class _PartitionWrite:
         self.failures: list[tuple[KafkaError, int, int, int]] = []
         self.header_bytes: dict[int, int] = {}  # write index -> header bytes, for records of _LARGE_RECORD_BYTES
         self.sync_failures: list[str] = []  # the partition's offset-sync records the target did not take
+        self.summary.pairs = (self.written, self.acked)
 
     def _delivered(self, err: KafkaError | None, msg: Any) -> None:
         if err is not None:
@@ -352,6 +383,7 @@ class _PartitionWrite:
         headers = _headers(part.column("headers"))
         now = int(time.time() * 1000)
         producer, delivered, written, target = self.producer, self._delivered, self.written, spec.target
+        refused: list[tuple[int, int]] = []  # (index in the run, offset)
         for i, offset in enumerate(offsets):
             if i & 63 == 63:
                 _confirm_lease(spec)  # W1 between confirmations: at most 64 records (a cached answer: a clock read)
@@ -363,6 +395,7 @@ class _PartitionWrite:
                 if summary.first_refused is None:
                     summary.first_refused = offset
                 summary.refused += 1
+                refused.append((i, offset))
                 continue
             if spec.provenance:
                 hdrs = [*(hdrs or ()), (provenance.HEADER,
@@ -385,6 +418,10 @@ class _PartitionWrite:
             summary.age.add(now - ts)
             summary.last_timestamp = ts
         summary.records = len(written)
+        if not self.halted[0]:
+            record_digests = part.column("digest").to_numpy(zero_copy_only=False)
+            summary.digest(np.asarray(offsets, dtype=np.int64), record_digests,
+                           [(o, int(record_digests[i])) for i, o in refused])
 
     def failure(self) -> KafkaError | None:
         """Once flushed: why the target did not take the partition's records in time (it is stuck), or None (every
@@ -768,5 +805,7 @@ _ARROW_SCHEMA = pa.schema([
     ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
     ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
     ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()), ("aborted", pa.bool_()),
-    ("producer_inits", pa.int64()),
+    ("producer_inits", pa.int64()), ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
+    ("digest_refused", pa.list_(pa.int64())), ("digest_xors", pa.list_(pa.int64())),
+    ("digest_target_firsts", pa.list_(pa.int64())),
 ])
