@@ -1,15 +1,20 @@
 """Side-by-side benchmark: Kafka's perf tools (the raw limit), MirrorMaker 2 and mirrorflow, one run.
 
     make bench                      # or: .venv/bin/python tests/benchmark_mirror.py [--records N] [--idle S]
-                                    #     [--compression lz4,zstd]
+                                    #     [--compression lz4,zstd] [--modes plain,transactional,exactly-once,many]
 
-Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of
-1 KiB records; each mirror copies it from an empty target (throughput), then mirrors a fixed
-5,000 records/s for 30 s (replication latency measured by a consumer on the target: arrival time
-minus the record's CreateTime), then, after --idle seconds (330) without traffic, one record (its latency).
-Peak RSS and PSS are summed over each mirror's whole process tree. --compression adds a mirrorflow run
-per codec (throughput and latency) with `dst.producer.compression.type` set. Prints MM2's properties and a
-Markdown table, and writes the table, with the raw figures, to bench-results.json.
+Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; topics of 1 KiB records. Modes:
+  plain          a 12-partition topic; each mirror copies it from an empty target (throughput), then mirrors a
+                 fixed 5,000 records/s for 30 s (replication latency measured by a consumer on the target: arrival
+                 time minus the record's CreateTime), then, after --idle seconds (330) without traffic, one record.
+                 Then mirrorflow's audit of the copy (source records compared per second).
+  transactional  a 12-partition topic written in transactions of 4 records; both mirrors read_committed.
+  exactly-once   the plain topic again, into an exactly-once target (MM2: exactly.once.source.support).
+  many           100 topics x 12 partitions, the same total volume (mirrorflow only), with its per-batch times.
+Every MM2 run has the same tuning (MM2_TUNING, printed). Peak RSS and PSS are summed over each mirror's whole
+process tree. --compression adds a mirrorflow run per codec (throughput and latency) with
+`dst.producer.compression.type` set. Prints MM2's properties and a Markdown table, and writes the table, with the
+raw figures, to bench-results.json.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
@@ -33,7 +39,18 @@ from confluent_kafka.admin import AdminClient, NewTopic
 REPO = Path(__file__).resolve().parent.parent
 SRC, DST = 26092, 26192
 PARTITIONS, SIZE, RATE, LATENCY_S = 12, 1024, 5000, 30
+TXN_RECORDS, MANY_TOPICS = 4, 100  # records per source transaction; topics of the many-partitions mode
+METRICS_PORT = 26095
 QUIET = {"log_level": 3}
+# MM2's documented tuning for high volume (Strimzi/Streams guide: producer batch 320 KiB, consumer fetch 50 MiB,
+# 1 MiB per partition, 500 records per poll), with mirrorflow's own linger (5 ms) so neither waits longer to send.
+MM2_TUNING = """tasks.max = 12
+dst.producer.batch.size = 327680
+dst.producer.linger.ms = 5
+{source}.consumer.fetch.max.bytes = 52428800
+{source}.consumer.max.partition.fetch.bytes = 1048576
+{source}.consumer.max.poll.records = 500
+"""
 
 
 def sh(*cmd: str, timeout: float = 1800) -> str:
@@ -82,34 +99,40 @@ class PeakMemory:
         return self.rss, self.pss
 
 
-def ends(bootstrap: str, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends", **QUIET})
+def ends(bootstrap: str, topics: list[str]) -> int:
+    """The sum of the topics' end offsets (one request)."""
+    from confluent_kafka.admin import OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     try:
-        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(PARTITIONS))
+        answers = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                                      for t in topics
+                                      for p in range(PARTITIONS)}, request_timeout=10)
+        return sum(f.result().offset for f in answers.values())
     except Exception:
         return 0
-    finally:
-        c.close()
 
 
-def wait_copied(topic: str, want: int, proc: subprocess.Popen[bytes], limit_s: float) -> tuple[float, int]:
-    """(seconds from the first mirrored record to the last, records) on the target."""
+def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes], limit_s: float) -> tuple[float, int]:
+    """(seconds from the first mirrored record to the last, records) on the target. An exactly-once target's end
+    offsets also count transaction markers, so they reach `want` early: the copy is done when they have reached it
+    and stop moving (2 s), and it ended at their last move."""
     first_t, first_n, deadline = 0.0, 0, time.monotonic() + limit_s
     last_n, last_change = 0, time.monotonic()
     while time.monotonic() < deadline:
-        n = ends(f"127.0.0.1:{DST}", topic)
+        n = ends(f"127.0.0.1:{DST}", topics)
         if n and not first_t:
             first_t, first_n = time.monotonic(), n
         if n != last_n:
             last_n, last_change = n, time.monotonic()
+        elif n >= want and time.monotonic() - last_change >= 2:
+            return last_change - first_t, round(want * (n - first_n) / n)  # markers in proportion
         elif time.monotonic() - last_change > 180:
-            raise SystemExit(f"{topic}: no progress for 180 s at {n} records (see the mirror's log)")
-        if n >= want:
-            return time.monotonic() - first_t, n - first_n
+            raise SystemExit(f"{topics[0]}: no progress for 180 s at {n} records (see the mirror's log)")
         if proc.poll() is not None:
             raise SystemExit(f"the mirror exited early ({proc.returncode})")
         time.sleep(0.25)
-    raise SystemExit(f"{topic}: not copied within {limit_s} s")
+    raise SystemExit(f"{topics[0]}: not copied within {limit_s} s")
 
 
 def latency(src_topic: str, dst_topic: str) -> tuple[float, float]:
@@ -189,31 +212,48 @@ def perf_tools(jars: Path, records: int) -> dict[str, float]:
             "consumer_rps": float(row[5]), "consumer_mbs": float(row[3])}
 
 
-def measure(proc: subprocess.Popen[bytes], alias: str, latency_topic: str, records: int,
-            idle_s: float) -> dict[str, float]:
-    """Throughput on the backlog, latency at a fixed rate, one record after `idle_s` of quiet, and the peak memory
-    of the mirror's tree."""
+def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, latency_topic: str | None = None,
+            idle_s: float = 0.0, alias: str = "") -> dict[str, float]:
+    """Throughput on the backlog (`copies`: the remote topics), then, given a `latency_topic`, latency at a fixed
+    rate and one record after `idle_s` of quiet; the peak memory of the mirror's tree, and the stream's per-batch
+    times when it serves metrics."""
     memory = PeakMemory(proc.pid)
+    nan = float("nan")
     try:
-        seconds, copied = wait_copied(f"{alias}.bench", records, proc, 3600)
-        p50, p99 = latency(latency_topic, f"{alias}.{latency_topic}")
-        idle_ms = after_idle(latency_topic, f"{alias}.{latency_topic}", idle_s) if idle_s > 0 else float("nan")
+        seconds, copied = wait_copied(copies, records, proc, 3600)
+        batch = stream_status()
+        p50 = p99 = idle_ms = nan
+        if latency_topic:
+            p50, p99 = latency(latency_topic, f"{alias}.{latency_topic}")
+            idle_ms = after_idle(latency_topic, f"{alias}.{latency_topic}", idle_s) if idle_s > 0 else nan
     finally:
         proc.terminate()
         proc.wait(120)
     rss, pss = memory.stop()
     return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss, "peak_pss_mb": pss, "p50_ms": p50,
-            "p99_ms": p99, "after_idle_ms": idle_ms}
+            "p99_ms": p99, "after_idle_ms": idle_ms, **batch}
 
 
-def run_mm2(jars: Path, work: Path, records: int, idle_s: float) -> dict[str, float]:
-    props = work / "mm2.properties"
-    props.write_text(f"""clusters = mm2src, dst
-mm2src.bootstrap.servers = 127.0.0.1:{SRC}
+def stream_status() -> dict[str, float]:
+    """A mirrorflow stream's mean per-batch times (ms) from its metrics endpoint; nothing for MM2."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/status", timeout=2) as answer:
+            [s] = json.loads(answer.read())
+    except OSError:
+        return {}
+    return {"batches": s["batches"], "batch_ms": s["batch-ms-avg"], "batch_write_ms": s["batch-write-ms-avg"],
+            "batch_driver_ms": s["batch-driver-ms-avg"], "trigger_overhead_ms": s["trigger-overhead-ms-avg"]}
+
+
+def run_mm2(jars: Path, work: Path, alias: str, topics: list[str], records: int, extra: str = "",
+            latency_topic: str | None = None, idle_s: float = 0.0) -> dict[str, float]:
+    """One dedicated MirrorMaker 2 from source `alias` (a new remote topic per run) to dst, MM2_TUNING and `extra`."""
+    props = work / f"mm2-{alias}.properties"
+    props.write_text(f"""clusters = {alias}, dst
+{alias}.bootstrap.servers = 127.0.0.1:{SRC}
 dst.bootstrap.servers = 127.0.0.1:{DST}
-mm2src->dst.enabled = true
-mm2src->dst.topics = bench, lat-mm2
-tasks.max = {PARTITIONS}
+{alias}->dst.enabled = true
+{alias}->dst.topics = {", ".join(topics)}
 replication.factor = 1
 checkpoints.topic.replication.factor = 1
 heartbeats.topic.replication.factor = 1
@@ -222,68 +262,164 @@ offset.storage.replication.factor = 1
 status.storage.replication.factor = 1
 config.storage.replication.factor = 1
 sync.topic.acls.enabled = false
-""")
-    with open(work / "mm2.log", "wb") as log:
+{MM2_TUNING.format(source=alias)}{extra}""")
+    with open(work / f"mm2-{alias}.log", "wb") as log:
         # 12 tasks each with a consumer and a producer: 1 GiB of heap runs out of memory.
         proc = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{jars}/lib/*",
                                  "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
                                 stdout=log, stderr=subprocess.STDOUT)
-    return measure(proc, "mm2src", "lat-mm2", records, idle_s)
+    print(f"MM2's properties ({alias}):\n{props.read_text()}", flush=True)
+    copies = [f"{alias}.{t}" for t in topics if t != latency_topic]
+    return measure(proc, copies, records, latency_topic, idle_s, alias)
 
 
-def run_mirrorflow(work: Path, records: int, idle_s: float, alias: str = "src", extra: str = "") -> dict[str, float]:
-    """One mirrorflow stream; `alias` names the source (a new remote topic per run), `extra` adds properties."""
+def run_mirrorflow(work: Path, alias: str, topics: str, copies: list[str], records: int, extra: str = "",
+                   latency_topic: str | None = None, idle_s: float = 0.0) -> dict[str, float]:
+    """One mirrorflow stream from source `alias` (a new remote topic per run); `extra` adds properties."""
     props = work / f"mirrorflow-{alias}.properties"
     props.write_text(f"""clusters = {alias}, dst
 {alias}.bootstrap.servers = 127.0.0.1:{SRC}
 dst.bootstrap.servers = 127.0.0.1:{DST}
 {alias}->dst.enabled = true
-{alias}->dst.topics = bench, lat-{alias}
+{alias}->dst.topics = {topics}
 replication.factor = 1
 offset-syncs.topic.replication.factor = 1
 {extra}""")
     with open(work / f"mirrorflow-{alias}.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(props), "stream",
-                                 "--flow", f"{alias}->dst", "--checkpoint", str(work / f"checkpoint-{alias}")],
+                                 "--flow", f"{alias}->dst", "--checkpoint", str(work / f"checkpoint-{alias}"),
+                                 "--metrics-port", str(METRICS_PORT)],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return measure(proc, alias, f"lat-{alias}", records, idle_s)
+    return measure(proc, [f"{alias}.{t}" for t in copies], records, latency_topic, idle_s, alias)
+
+
+def produce_transactions(topic: str, records: int, producers: int = 8) -> float:
+    """`records` records in transactions of TXN_RECORDS, each into one partition, from `producers` transactional
+    producers at once (a commit waits for the coordinator: one producer alone manages a few hundred a second).
+    Returns records/s."""
+    payload = os.urandom(SIZE)
+    per = records // producers
+
+    def one(n: int) -> None:
+        p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "transactional.id": f"bench-txn-{n}", "linger.ms": 0,
+                      **QUIET})
+        p.init_transactions(30)
+        for t in range(per // TXN_RECORDS):
+            p.begin_transaction()
+            for _ in range(TXN_RECORDS):
+                p.produce(topic, payload, partition=(n + t) % PARTITIONS)
+            p.commit_transaction(30)
+
+    begun = time.monotonic()
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(producers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return per * producers / (time.monotonic() - begun)
+
+
+def produce(topics: list[str], records: int) -> None:
+    """`records` records spread evenly over the topics' partitions."""
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 20, "batch.size": 1_000_000, **QUIET})
+    payload = os.urandom(SIZE)
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topics[i % len(topics)], payload, partition=(i // len(topics)) % PARTITIONS)
+                break
+            except BufferError:
+                p.poll(0.1)
+    if p.flush(120):
+        raise SystemExit("producing the many-topics backlog did not finish")
+
+
+def audit_speed(work: Path, stream_rps: float) -> dict[str, float]:
+    """mirrorflow's audit of the plain run's copy: source records compared per second, over the stream's rate."""
+    from mirrorflow import audit, config, spark_session
+
+    cfg = config.load(work / "mirrorflow-src.properties")
+    spark = spark_session.build("bench audit")
+    try:
+        report = audit.run(cfg, "src->dst", topics="bench", spark=spark)
+    finally:
+        spark.stop()
+    if not report.complete:
+        raise SystemExit(f"the audit of the plain run failed: {report.summary()}")
+    source = report.total("source_records")
+    return {"source_records": source, "seconds": report.seconds, "source_rps": source / report.seconds,
+            "over_stream": source / report.seconds / stream_rps, "mode": report.mode}
 
 
 def _ms(value: float) -> str:
     return "" if math.isnan(value) else f"{value:.0f}"
 
 
-def table(limit: dict[str, float], runs: list[tuple[str, dict[str, float]]]) -> str:
-    """`runs`: (name, figures), MirrorMaker 2 first, then mirrorflow's, the first of them its default."""
+Run = tuple[str, str, dict[str, float]]  # (what ran, mode, figures)
+
+
+def _ratio(a: float, b: float) -> str:
+    return "" if math.isnan(a) or math.isnan(b) or not b else f"{a / b:.2f}x"
+
+
+def table(limit: dict[str, float], runs: list[Run], audit: dict[str, float] | None) -> str:
+    """`runs`: per mode, MirrorMaker 2's run (if any) before mirrorflow's, mirrorflow's default first."""
     mb = SIZE / 1e6
     rows = [
-        "| run | records/s | MB/s | peak RSS (MiB) | peak PSS (MiB) | p50 latency @5k/s (ms) | "
-        "p99 latency @5k/s (ms) | one record after an idle spell (ms) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-        f"| Kafka ProducerPerformance (limit) | {limit['producer_rps']:,.0f} | {limit['producer_mbs']:.1f} "
-        "| | | | | |",
-        f"| Kafka ConsumerPerformance | {limit['consumer_rps']:,.0f} | {limit['consumer_mbs']:.1f} | | | | | |",
+        "| run | mode | records/s | MB/s | peak RSS (MiB) | peak PSS (MiB) | p50 latency @5k/s (ms) | "
+        "p99 latency @5k/s (ms) | one record after an idle spell (ms) | ms per batch (driver / Spark outside it) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        f"| Kafka ProducerPerformance (limit) | | {limit['producer_rps']:,.0f} | {limit['producer_mbs']:.1f} "
+        "| | | | | | |",
+        f"| Kafka ConsumerPerformance | | {limit['consumer_rps']:,.0f} | {limit['consumer_mbs']:.1f} | | | | | | |",
     ]
-    for name, r in runs:
-        rows.append(f"| {name} | {r['rps']:,.0f} | {r['rps'] * mb:.1f} | {r['peak_rss_mb']:,.0f} | "
-                    f"{r['peak_pss_mb']:,.0f} | {r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {_ms(r['after_idle_ms'])} |")
-    mm2, mf = runs[0][1], runs[1][1]
-    rows.append(f"| **mirrorflow / MM2** | **{mf['rps'] / mm2['rps']:.2f}x** | | "
-                f"{mf['peak_rss_mb'] / mm2['peak_rss_mb']:.2f}x | {mf['peak_pss_mb'] / mm2['peak_pss_mb']:.2f}x | "
-                f"{mf['p50_ms'] / mm2['p50_ms']:.2f}x | {mf['p99_ms'] / mm2['p99_ms']:.2f}x | "
-                f"{mf['after_idle_ms'] / mm2['after_idle_ms']:.2f}x |")
-    rows.append(f"| **mirrorflow / limit** | **{mf['rps'] / limit['producer_rps']:.2f}x** | | | | | | |")
+    for name, mode, r in runs:
+        batch = (f"{r['batch_ms']:,.0f} ({r['batch_driver_ms']:,.0f} / {r['trigger_overhead_ms']:,.0f})"
+                 if "batch_ms" in r else "")
+        rows.append(f"| {name} | {mode} | {r['rps']:,.0f} | {r['rps'] * mb:.1f} | {r['peak_rss_mb']:,.0f} | "
+                    f"{r['peak_pss_mb']:,.0f} | {_ms(r['p50_ms'])} | {_ms(r['p99_ms'])} | {_ms(r['after_idle_ms'])} "
+                    f"| {batch} |")
+    first: dict[tuple[str, bool], dict[str, float]] = {}
+    for name, mode, r in runs:
+        first.setdefault((mode, name.startswith("MirrorMaker")), r)
+    for mode in dict.fromkeys(m for _, m, _ in runs):
+        mm2, mf = first.get((mode, True)), first.get((mode, False))
+        if mm2 and mf:
+            rows.append(f"| **mirrorflow / MM2** | {mode} | **{_ratio(mf['rps'], mm2['rps'])}** | | "
+                        f"{_ratio(mf['peak_rss_mb'], mm2['peak_rss_mb'])} | "
+                        f"{_ratio(mf['peak_pss_mb'], mm2['peak_pss_mb'])} | {_ratio(mf['p50_ms'], mm2['p50_ms'])} | "
+                        f"{_ratio(mf['p99_ms'], mm2['p99_ms'])} | "
+                        f"{_ratio(mf['after_idle_ms'], mm2['after_idle_ms'])} | |")
+    plain = first.get(("plain", False))
+    if plain:
+        rows.append(f"| **mirrorflow / limit** | plain | **{_ratio(plain['rps'], limit['producer_rps'])}** "
+                    "| | | | | | | |")
+    many = first.get(("many", False))
+    if plain and many:
+        rows.append(f"| **mirrorflow many / plain** | many | **{_ratio(many['rps'], plain['rps'])}** | | | | | | | |")
+    if audit:
+        rows.append(f"| mirrorflow audit of the plain copy ({audit['mode']}) | audit | {audit['source_rps']:,.0f} "
+                    "source records/s | | | | | | | |")
+        rows.append(f"| **audit / stream** | audit | **{audit['over_stream']:.2f}x** | | | | | | | |")
     return "\n".join(rows)
+
+
+MODES = ("plain", "transactional", "exactly-once", "many")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=2_000_000)
+    ap.add_argument("--txn-records", type=int, default=400_000, help="records of the transactional mode")
     # Past 5 minutes: also past Spark's default 5-minute idle limit for its Kafka consumers.
     ap.add_argument("--idle", type=float, default=330.0, help="seconds of quiet before the one-record probe (0: none)")
     ap.add_argument("--compression", default="", help="also run mirrorflow with these target compressions (lz4,zstd)")
-    ap.add_argument("--skip-mm2", action="store_true", help="no MM2 run (the ratios need one)")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
+    ap.add_argument("--skip-mm2", action="store_true", help="no MM2 runs (the ratios need them)")
     args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    if set(modes) - set(MODES):
+        raise SystemExit(f"--modes: unknown {', '.join(sorted(set(modes) - set(MODES)))}")
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
@@ -295,32 +431,66 @@ def main() -> None:
     try:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{SRC}", **QUIET})
         codecs = [c for c in args.compression.split(",") if c]
-        for t in ("bench", "lat-mm2", "lat-src", *(f"lat-src{c}" for c in codecs)):
-            admin.create_topics([NewTopic(t, PARTITIONS, 1)])[t].result(30)
+        many = [f"many-{i:03d}" for i in range(MANY_TOPICS)]
+        topics = ["bench", "txn", "lat-mm2", "lat-src", *(f"lat-src{c}" for c in codecs), *many]
+        for created in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
+            created.result(60)
         cache = local.jar_cache()
         limit = perf_tools(maven.fetch("kafka-broker", maven.KAFKA_BROKER, cache), args.records)
         print("limit", limit, flush=True)
-        runs: list[tuple[str, dict[str, float]]] = []
-        if not args.skip_mm2:
-            runs.append(("MirrorMaker 2 (dedicated, tasks.max=12)",
-                         run_mm2(maven.fetch("mirror-maker", maven.MIRROR_MAKER, cache), home, args.records,
-                                 args.idle)))
-            print("mm2", runs[-1][1], "\nMM2's properties:\n" + (home / "mm2.properties").read_text(), flush=True)
-        runs.append(("mirrorflow (local[*]; at-least-once, records fenced)", run_mirrorflow(home, args.records,
-                                                                                              args.idle)))
-        print("mirrorflow", runs[-1][1], flush=True)
-        for codec in codecs:
-            runs.append((f"mirrorflow, dst.producer.compression.type = {codec}", run_mirrorflow(
-                home, args.records, 0, f"src{codec}", f"dst.producer.compression.type = {codec}\n")))
-            print(codec, runs[-1][1], flush=True)
-        result = json.dumps(runs) if args.skip_mm2 else table(limit, runs)
+        mm2_jars = maven.fetch("mirror-maker", maven.MIRROR_MAKER, cache)
+        runs: list[Run] = []
+        audit: dict[str, float] | None = None
+
+        def ran(name: str, mode: str, figures: dict[str, float]) -> None:
+            runs.append((name, mode, figures))
+            print(mode, name, figures, flush=True)
+
+        if "plain" in modes:
+            if not args.skip_mm2:
+                ran("MirrorMaker 2 (dedicated, tasks.max=12)", "plain",
+                    run_mm2(mm2_jars, home, "mm2src", ["bench", "lat-mm2"], args.records, latency_topic="lat-mm2",
+                            idle_s=args.idle))
+            ran("mirrorflow (local[*]; at-least-once, records fenced)", "plain",
+                run_mirrorflow(home, "src", "bench, lat-src", ["bench"], args.records, latency_topic="lat-src",
+                               idle_s=args.idle))
+            audit = audit_speed(home, runs[-1][2]["rps"])
+            print("audit", audit, flush=True)
+            for codec in codecs:
+                ran(f"mirrorflow, dst.producer.compression.type = {codec}", "plain",
+                    run_mirrorflow(home, f"src{codec}", f"bench, lat-src{codec}", ["bench"], args.records,
+                                   f"dst.producer.compression.type = {codec}\n", latency_topic=f"lat-src{codec}"))
+        if "transactional" in modes:
+            rate = produce_transactions("txn", args.txn_records)
+            print(f"transactional source: {args.txn_records:,} records at {rate:,.0f}/s", flush=True)
+            if not args.skip_mm2:
+                ran("MirrorMaker 2, consumer isolation.level = read_committed", "transactional",
+                    run_mm2(mm2_jars, home, "mm2txn", ["txn"], args.txn_records,
+                            "mm2txn.consumer.isolation.level = read_committed\n"))
+            ran("mirrorflow (reads committed: the source is transactional)", "transactional",
+                run_mirrorflow(home, "srctxn", "txn", ["txn"], args.txn_records))
+        if "exactly-once" in modes:
+            if not args.skip_mm2:
+                ran("MirrorMaker 2, dst.exactly.once.source.support = enabled", "exactly-once",
+                    run_mm2(mm2_jars, home, "mm2eos", ["bench"], args.records,
+                            "dst.exactly.once.source.support = enabled\ndedicated.mode.enable.internal.rest = true\n"
+                            "listeners = http://127.0.0.1:26083\n"
+                            "mm2eos.consumer.isolation.level = read_committed\n"))
+            ran("mirrorflow, dst.exactly.once.source.support = enabled", "exactly-once",
+                run_mirrorflow(home, "srceos", "bench", ["bench"], args.records,
+                               "dst.exactly.once.source.support = enabled\n"))
+        if "many" in modes:
+            produce(many, args.records)
+            ran(f"mirrorflow, {MANY_TOPICS} topics x {PARTITIONS} partitions", "many",
+                run_mirrorflow(home, "srcmany", "many-.*", many, args.records))
+        result = json.dumps(runs) if args.skip_mm2 else table(limit, runs, audit)
         machine = f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
-        print(f"\n{args.records:,} records of {SIZE} B, {PARTITIONS} partitions, {machine}"
-              f", idle spell {args.idle:.0f} s"
-              f"\n\n{result}")
+        print(f"\n{args.records:,} records of {SIZE} B ({args.txn_records:,} in the transactional mode, "
+              f"{TXN_RECORDS} per transaction), {PARTITIONS} partitions per topic, {machine}, idle spell "
+              f"{args.idle:.0f} s\n\n{result}")
         Path("bench-results.json").write_text(json.dumps(
             {"records": args.records, "machine": machine, "idle_s": args.idle, "limit": limit, "runs": runs,
-             "table": result}, indent=1))
+             "audit": audit, "table": result}, indent=1))
     finally:
         local.down(cfg, purge=True)
 
