@@ -94,3 +94,11 @@ def test_checkpoint_against_an_unreachable_cluster_fails_in_one_line_within_its_
     r = run("--config", str(cfg), "checkpoint")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "b unreachable" in r.stderr, r.stderr
+
+
+def test_validate_refuses_a_producer_batching_the_writer_would_refuse_in_one_line(tmp_path: Path) -> None:
+    cfg = tmp_path / "batching.properties"
+    cfg.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:1\n"
+                   "a->b.enabled = true\nb.producer.linger.ms = 60000\n")
+    r = run("--config", str(cfg), "validate")
+    assert r.returncode == 2 and "b.producer.linger.ms" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr

@@ -17,6 +17,14 @@ partition, sorted by offset; a streaming pass per partition (`walk`) then classi
               refuses it (it would loop), so it is counted here, not expected on the target.
 
 Copies of offsets with no source record in the range (compacted or expired since) are counted as `unexpected`.
+
+Digest pass first (digests.py): where the stream recorded digest units from a range's start on, one read of the
+target counts each unit's copies and XORs their digests; a unit that matches is proven (its records mirrored once,
+with identical content) without reading the source. The walk above then covers only what is left: the range from
+the first unit that does not match (or from the start, when no unit holds it), so a mismatch is always named
+record by record. The proven units may reach a little past the range on either side; the report's range says so.
+The digest pass trusts that the stream read every record of its batches (Spark's Kafka reader, the one the walk
+uses); `full` reads every record on both sides instead.
 Only per-partition tallies and the first examples reach the driver.
 The audit is complete when nothing is missing or differs; duplicates are reported, and fail it only for an
 exactly-once target, where they break the guarantee (at-least-once allows them by design).
@@ -181,7 +189,9 @@ class AuditReport:
                          ", ".join(examples)))
         lines = aligned(rows, left=(0, 1, 9))
         cost = (f"{self.total('source_records') + self.total('copies') + self.total('unexpected')} records compared "
-                f"in {self.seconds:.1f} s ({self.records_per_s:,.0f} records/s)")
+                f"in {self.seconds:.1f} s ({self.records_per_s:,.0f} records/s); " + (
+                    f"{self.digest_records} source records proven by the stream's digest units (target read only)"
+                    if self.digest_records else "every record read on both sides"))
         return "\n".join([*lines, "", self.summary(), cost])
 
     def as_dict(self) -> dict[str, Any]:

@@ -199,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "(Spark batch job; exit 1 when anything is missing or differs)")
     p.add_argument("--flow", required=True, metavar="A->B")
     _add_range(p)
+    p.add_argument("--full", action="store_true", help="read every record on both sides, even where the stream's "
+                   "digest units would prove the copy from the target alone")
     p.set_defaults(run=cmd_audit)
 
     p = sub.add_parser("backfill", help="copy a bounded range of a flow once, with the stream's fidelity (Spark "
@@ -312,7 +314,11 @@ def describe(cfg: configmod.MirrorConfig) -> dict[str, Any]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from mirrorflow import clients, stream_writer
+
     cfg = load_config(args)
+    for target in sorted({f.target for f in cfg.enabled_flows}):  # what the stream's writer would refuse at start
+        stream_writer.check_producer_tuning(clients.settings(cfg.cluster(target), "producer"), target)
     flows = ", ".join(f.name for f in cfg.enabled_flows) or "none"
     _print(describe(cfg), args.json,
            f"{cfg.source}: valid: {len(cfg.clusters)} clusters ({', '.join(cfg.clusters)}); "
@@ -609,7 +615,7 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
     cfg = load_config(args)
     report = audit.run(cfg, args.flow, topics=args.topics, window=Window(args.from_time, args.to_time),
-                       master=args.master)
+                       master=args.master, full=args.full)
     _print(report.as_dict(), args.json, report.table())
     return 0 if report.complete else 1
 
