@@ -75,3 +75,13 @@ def test_batch_timings_are_means_over_the_last_batches_only() -> None:
     assert (s["batch-ms-avg"], s["batch-write-ms-avg"], s["batch-driver-ms-avg"]) == (300.0, 250.0, 50.0)
     assert s["trigger-overhead-ms-avg"] == 120.0
     assert len(m.batch_times) == metrics.BATCH_TIMES
+
+
+@given(values, values)
+def test_adding_many_values_at_once_equals_adding_them_one_by_one(a: list[int], b: list[int]) -> None:
+    one_by_one, at_once = Distribution(), Distribution()
+    for v in [*a, *(-v for v in b)]:
+        one_by_one.add(v)
+    at_once.add_many([*a, *(-v for v in b)])
+    assert (at_once.count, at_once.total, at_once.minimum, at_once.maximum, at_once.buckets) == (
+        one_by_one.count, one_by_one.total, one_by_one.minimum, one_by_one.maximum, one_by_one.buckets)
