@@ -81,6 +81,38 @@ def tree_memory_mb(pid: int) -> tuple[float, float]:
     return total_rss / 1024, total_pss / 1024
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each named process tree; a mirror's tree is split into its JVM
+    (`{name} JVM`) and everything else (`{name} Python`: the driver, the daemon and its forked workers)."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            pid = int(stat.parent.name)
+            children.setdefault(int(fields[1]), []).append(pid)
+            ticks[pid] = int(fields[11]) + int(fields[12])
+    used: dict[str, float] = {}
+    for name, root in roots.items():
+        todo = [root]
+        while todo:
+            pid = todo.pop()
+            kind = name
+            if name == "mirror":
+                with contextlib.suppress(OSError):
+                    exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    kind = "mirror JVM" if exe.endswith(b"java") else "mirror Python"
+            used[kind] = used.get(kind, 0.0) + ticks.get(pid, 0) / CLOCK_TICKS
+            todo.extend(children.get(pid, []))
+    return used
+
+
+BROKERS: dict[str, int] = {}  # "source broker" / "target broker": pid, set once the clusters are up
+
+
 class PeakMemory:
     def __init__(self, pid: int) -> None:
         self.pid, self.rss, self.pss, self._stop = pid, 0.0, 0.0, threading.Event()
@@ -114,20 +146,25 @@ def ends(bootstrap: str, topics: list[str]) -> int:
         return 0
 
 
-def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes], limit_s: float) -> tuple[float, int]:
-    """(seconds from the first mirrored record to the last, records) on the target. An exactly-once target's end
-    offsets also count transaction markers, so they reach `want` early: the copy is done when they have reached it
-    and stop moving (2 s), and it ended at their last move."""
+def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
+                limit_s: float) -> tuple[float, int, dict[str, float]]:
+    """(seconds from the first mirrored record to the last, records, CPU seconds per process tree in that time) on
+    the target. An exactly-once target's end offsets also count transaction markers, so they reach `want` early: the
+    copy is done when they have reached it and stop moving (2 s), and it ended at their last move."""
     first_t, first_n, deadline = 0.0, 0, time.monotonic() + limit_s
     last_n, last_change = 0, time.monotonic()
+    roots = {"mirror": proc.pid, **BROKERS}
+    first_cpu: dict[str, float] = {}
+    last_cpu: dict[str, float] = {}
     while time.monotonic() < deadline:
         n = ends(f"127.0.0.1:{DST}", topics)
         if n and not first_t:
-            first_t, first_n = time.monotonic(), n
+            first_t, first_n, first_cpu = time.monotonic(), n, cpu_seconds(roots)
         if n != last_n:
-            last_n, last_change = n, time.monotonic()
+            last_n, last_change, last_cpu = n, time.monotonic(), cpu_seconds(roots)
         elif n >= want and time.monotonic() - last_change >= 2:
-            return last_change - first_t, round(want * (n - first_n) / n)  # markers in proportion
+            cpu = {k: v - first_cpu.get(k, 0.0) for k, v in last_cpu.items()}
+            return last_change - first_t, round(want * (n - first_n) / n), cpu  # markers in proportion
         elif time.monotonic() - last_change > 180:
             raise SystemExit(f"{topics[0]}: no progress for 180 s at {n} records (see the mirror's log)")
         if proc.poll() is not None:
@@ -221,7 +258,7 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
     memory = PeakMemory(proc.pid)
     nan = float("nan")
     try:
-        seconds, copied = wait_copied(copies, records, proc, 3600)
+        seconds, copied, cpu = wait_copied(copies, records, proc, 3600)
         batch = stream_status()
         p50 = p99 = idle_ms = nan
         if latency_topic:
@@ -231,8 +268,10 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
         proc.terminate()
         proc.wait(120)
     rss, pss = memory.stop()
+    # CPU per 1,000 records copied, per process tree: where the 2 cores go, so what bounds the copy.
+    per_k = {f"cpu_ms_per_k {k}": 1e6 * v / copied for k, v in cpu.items()}
     return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss, "peak_pss_mb": pss, "p50_ms": p50,
-            "p99_ms": p99, "after_idle_ms": idle_ms, **batch}
+            "p99_ms": p99, "after_idle_ms": idle_ms, "cores_busy": sum(cpu.values()) / seconds, **per_k, **batch}
 
 
 def stream_status() -> dict[str, float]:
@@ -407,6 +446,19 @@ def table(limit: dict[str, float], runs: list[Run], audit: dict[str, Any] | None
                     f"{audit['source_rps']:,.0f}, {audit['warm_source_rps']:,.0f} source records/s | | | | | | | |")
         rows.append(f"| **audit / stream** | audit | **{audit['over_stream']:.2f}x, {audit['warm_over_stream']:.2f}x** "
                     "| | | | | | | |")
+    rows += ["", cpu_table(runs)]
+    return "\n".join(rows)
+
+
+def cpu_table(runs: list[Run]) -> str:
+    """CPU milliseconds per 1,000 records copied, per process tree, while each mirror copied its backlog; all of it
+    over the copy's seconds is how many of the machine's cores were busy."""
+    kinds = ("mirror JVM", "mirror Python", "source broker", "target broker")
+    rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy |",
+            "|---|---|" + "---:|" * (len(kinds) + 1)]
+    for name, mode, r in runs:
+        cells = [f"{r[f'cpu_ms_per_k {k}']:,.0f}" if f"cpu_ms_per_k {k}" in r else "" for k in kinds]
+        rows.append(f"| {name} | {mode} | " + " | ".join(cells) + f" | {r.get('cores_busy', math.nan):.2f} |")
     return "\n".join(rows)
 
 
@@ -433,7 +485,9 @@ def main() -> None:
 
     cfg = config.from_text(f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SRC}\n"
                            f"dst.bootstrap.servers = 127.0.0.1:{DST}\n", source="bench")
-    local.up(cfg)
+    for broker in local.up(cfg):
+        if broker.pid is not None:
+            BROKERS[f"{'source' if broker.alias == 'src' else 'target'} broker"] = broker.pid
     try:
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{SRC}", **QUIET})
         codecs = [c for c in args.compression.split(",") if c]

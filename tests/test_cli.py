@@ -37,6 +37,18 @@ def test_validate_json_lists_flows_and_masks_secrets(tmp_path: Path) -> None:
     assert "hunter2" not in r.stdout + r.stderr and "plain-secret" not in r.stdout + r.stderr
 
 
+def test_validate_lists_the_mm2_keys_it_accepts_but_does_not_use(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.properties"
+    cfg.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\n"
+                   "A->B.enabled = true\nA->B.sync.group.offsets.interval.seconds = 30\n")
+    r = run("--config", str(cfg), "validate")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[1] == (f"{cfg}:5: A->B.sync.group.offsets.interval.seconds: accepted, not used: "
+                                        "group offsets are synced in every checkpoint round "
+                                        "(emit.checkpoints.interval.seconds)")
+    assert json.loads(run("--config", str(cfg), "validate", "--json").stdout)["not_used"] == r.stdout.splitlines()[1:]
+
+
 def test_bad_config_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:
     cfg = tmp_path / "bad.properties"
     cfg.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->C.enabled = true\n")

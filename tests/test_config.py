@@ -3,11 +3,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mirrorflow import config
+from mirrorflow import config, keys
 from mirrorflow.config import InvalidConfig
 from mirrorflow.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "include" / "examples"
+PACKAGE = Path(config.__file__).resolve().parent
+DAGS = Path(__file__).resolve().parent.parent / "dags"
 BASE = "clusters = A, B\nA.bootstrap.servers = a:9092\nB.bootstrap.servers = b:9092\n"
 
 
@@ -150,6 +152,26 @@ def test_connect_keys_of_an_mm2_file_are_accepted_silently() -> None:
                "listeners = http://localhost:8080\nkey.converter = x\nconfig.providers = env\n"
                "config.providers.env.class = org.apache.kafka.common.config.provider.EnvVarConfigProvider\n")
     assert cfg.warnings == ()
+
+
+def test_mm2_keys_mirrorflow_does_not_act_on_are_listed_with_what_it_does_instead() -> None:
+    cfg = load(BASE + "A->B.enabled = true\ntasks.max = 4\nA->B.offset-syncs.topic.location = target\n"
+               "offset.storage.topic = mm2-offsets\nA->B.emit.checkpoints.enabled = true\n")
+    assert cfg.not_used == (
+        "mm2.properties:5: tasks.max: accepted, not used: " + keys.NOT_USED["tasks.max"],
+        "mm2.properties:6: A->B.offset-syncs.topic.location: accepted, not used: "
+        + keys.NOT_USED["offset-syncs.topic.location"],
+        f"mm2.properties:7: offset.storage.topic: accepted, not used: {keys.CONNECT_NOT_USED}",
+    )
+    assert cfg.warnings == ()
+
+
+def test_a_key_listed_as_not_used_is_a_flow_key_that_no_module_reads() -> None:
+    sources = "\n".join(p.read_text() for p in [*PACKAGE.rglob("*.py"), *DAGS.glob("*.py")])
+    for name in keys.NOT_USED:
+        assert name in keys.FLOW_KEY_BY_NAME, name
+        for read in ("value", "flag", "number"):  # a Flow's accessors
+            assert f'.{read}("{name}")' not in sources, f"{name} is read: drop it from keys.NOT_USED"
 
 
 def test_cluster_selection_rejects_an_unknown_alias() -> None:

@@ -310,6 +310,7 @@ def describe(cfg: configmod.MirrorConfig) -> dict[str, Any]:
                    "policy": type(f.policy).__name__,
                    "settings": {k: s.shown for k, s in sorted(f.settings.items())}} for f in cfg.flows],
         "warnings": list(cfg.warnings),
+        "not_used": list(cfg.not_used),
     }
 
 
@@ -321,8 +322,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         stream_writer.check_producer_tuning(clients.settings(cfg.cluster(target), "producer"), target)
     flows = ", ".join(f.name for f in cfg.enabled_flows) or "none"
     _print(describe(cfg), args.json,
-           f"{cfg.source}: valid: {len(cfg.clusters)} clusters ({', '.join(cfg.clusters)}); "
-           f"enabled flows: {flows}")
+           "\n".join([f"{cfg.source}: valid: {len(cfg.clusters)} clusters ({', '.join(cfg.clusters)}); "
+                      f"enabled flows: {flows}", *cfg.not_used]))
     return 0
 
 

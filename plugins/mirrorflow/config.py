@@ -156,6 +156,7 @@ class MirrorConfig:
     flows: tuple[Flow, ...]
     top_level: Mapping[str, Setting]
     warnings: tuple[str, ...] = ()
+    not_used: tuple[str, ...] = ()  # "file:line: key: accepted, not used: what mirrorflow does instead"
 
     @property
     def enabled_flows(self) -> tuple[Flow, ...]:
@@ -217,6 +218,7 @@ class _Reader:
         self.source, self.env = source, env
         self.errors: list[ConfigError] = []
         self.warnings: list[str] = []
+        self.not_used: list[str] = []
         self.entries: dict[str, properties.Entry] = {}
         for e in entries:
             if e.key in self.entries:
@@ -229,6 +231,16 @@ class _Reader:
 
     def warn(self, line: int | None, key: str | None, message: str) -> None:
         self.warnings.append(str(ConfigError(message, source=self.source, line=line, key=key)))
+
+    def note_not_used(self, name: str, e: properties.Entry, key: str) -> None:
+        """A MirrorMaker 2 or Connect key the file sets and mirrorflow accepts without acting on it."""
+        instead = keys.NOT_USED.get(name)
+        if instead is None and name not in keys.FLOW_KEY_BY_NAME and (
+                name in keys.CONNECT_KEYS or name.startswith(keys.CONNECT_PREFIXES)):
+            instead = keys.CONNECT_NOT_USED
+        if instead is not None:
+            self.not_used.append(str(ConfigError(f"accepted, not used: {instead}", source=self.source,
+                                                 line=e.line, key=key)))
 
     def setting(self, key: str, e: properties.Entry) -> Setting:
         value = e.value
@@ -257,12 +269,14 @@ class _Reader:
                 if parsed:
                     src, tgt, rest = parsed
                     flow_overrides.setdefault((src, tgt), {})[rest] = self.setting(key, e)
+                    self.note_not_used(rest, e, key)
                 continue
             alias, rest = self.alias_prefix(key, aliases, line=e.line, key=key)
             if alias is not None:
                 cluster_settings[alias][rest] = self.setting(key, e)
                 continue
             self.check_top_level_key(key, e)
+            self.note_not_used(key, e, key)
             top[key] = self.setting(key, e)
 
         shared = {k: s for k, s in top.items() if keys.is_client_key(k)
@@ -293,7 +307,7 @@ class _Reader:
             raise InvalidConfig(self.errors)
         if not any(f.enabled for f in flows):
             self.warn(None, None, "no flow is enabled: add {source}->{target}.enabled = true")
-        return MirrorConfig(self.source, clusters, flows, top, tuple(self.warnings))
+        return MirrorConfig(self.source, clusters, flows, top, tuple(self.warnings), tuple(self.not_used))
 
     def read_aliases(self) -> list[str]:
         e = self.entries.get("clusters")

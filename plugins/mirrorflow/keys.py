@@ -107,6 +107,28 @@ CONNECT_KEYS = frozenset({
 CONNECT_PREFIXES = ("config.providers.", "producer.override.", "consumer.override.", "admin.override.",
                     "listeners.https.", "rest.", "metric.reporters.")
 
+# MirrorMaker 2 keys mirrorflow accepts and does not act on, with what it does instead (`validate` reports each one a
+# file sets). Invariant: every key here is a FLOW_KEYS name (so it validates) that no code reads.
+NOT_USED: dict[str, str] = {
+    "offset-syncs.topic.location": "offset syncs always live on the target, in mirrorflow-offset-syncs.{source}"
+                                   ".internal, beside the records they describe",
+    "emit.offset-syncs.enabled": "offset syncs are always written: the stream resumes from them and checkpoints "
+                                 "translate exactly with them",
+    "sync.group.offsets.interval.seconds": "group offsets are synced in every checkpoint round "
+                                           "(emit.checkpoints.interval.seconds)",
+    "refresh.groups.enabled": "every checkpoint round lists the source's groups",
+    "refresh.groups.interval.seconds": "every checkpoint round lists the source's groups "
+                                       "(emit.checkpoints.interval.seconds)",
+    "refresh.topics.enabled": "the stream subscribes by pattern: new topics and partitions are read from the next "
+                              "micro-batch; the sync DAG still runs every refresh.topics.interval.seconds",
+    "tasks.max": "parallelism follows Spark's cores: one task per core, one Kafka reader per source partition",
+    "consumer.poll.timeout.ms": "Spark's Kafka source polls on its own schedule (trigger every 100 ms)",
+    "admin.timeout.ms": "admin calls wait at most 30 s each, and say which call timed out",
+    "replication.policy.internal.topic.separator.enabled": "checkpoints and MM2 offset-syncs topic names always "
+                                                           "use the replication policy's separator",
+}
+CONNECT_NOT_USED = "a Kafka Connect worker key: mirrorflow runs no Connect worker"
+
 # Client keys that apply to every client of a cluster when written as `{alias}.{key}` or at top level
 # (MM2's MirrorClientConfig: common, SSL and SASL client settings).
 CLIENT_KEY_PREFIXES = ("ssl.", "sasl.", "security.", "client.", "metrics.", "reconnect.", "retry.",
