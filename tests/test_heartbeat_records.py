@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from mirrorflow import heartbeats
 from mirrorflow.heartbeats import Heartbeat
 from mirrorflow.policy import DefaultReplicationPolicy
 from mirrorflow.topology import hops_in_name, sources_in_name
@@ -31,3 +32,8 @@ def test_hops_count_names_down_to_the_alias() -> None:
     assert hops_in_name(policy, "c.b.heartbeats", "c") == 1
     assert hops_in_name(policy, "c.b.heartbeats", "b") == 2
     assert hops_in_name(policy, "c.b.heartbeats", "a") == -1
+
+
+def test_a_heartbeat_from_a_clock_that_runs_ahead_is_zero_seconds_old_never_negative() -> None:
+    assert heartbeats.age_s(1_000_600, now_s=1_000.0) == 0.0
+    assert heartbeats.age_s(998_500, now_s=1_000.0) == 1.5

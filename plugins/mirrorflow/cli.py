@@ -404,7 +404,7 @@ def cmd_status(args: argparse.Namespace) -> int:
             snap = {"flow": flow.name, "state": "never run"}
             lines.append(f"flow {flow.name}: stream never run")
         else:
-            age = time.time() - snap["updated"]
+            age = max(time.time() - snap["updated"], 0)
             lines.append(metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
             lines.extend(f"  {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
                          f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"

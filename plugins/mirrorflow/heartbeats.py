@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 _VERSION = 0
 
 
+
+def age_s(timestamp_ms: int, now_s: float) -> float:
+    """Seconds since a record's timestamp, never negative: the timestamp is another host's clock (the producer's),
+    which may run ahead of this one's."""
+    return max(now_s - timestamp_ms / 1000, 0.0)
+
 @dataclass(frozen=True)
 class Heartbeat:
     source: str

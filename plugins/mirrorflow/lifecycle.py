@@ -275,7 +275,7 @@ def health(cfg: MirrorConfig, flow: Flow, *, with_lag: bool = True) -> FlowHealt
     except OperationalError as exc:
         holders, lease_error = (), str(exc)
     beat = heartbeats.newest(clients.settings(target, "consumer"), HEARTBEATS_TOPIC).get((flow.source, flow.target))
-    age = None if beat is None else max(time.time() - beat.timestamp_ms / 1000, 0.0)
+    age = None if beat is None else heartbeats.age_s(beat.timestamp_ms, time.time())
     measured, error = None, ""
     if with_lag:
         try:

@@ -365,7 +365,7 @@ def checkpoint_line(status: Mapping[str, Any], now: float | None = None) -> str:
     """One line on a flow's checkpoints: groups, newest checkpoint's age, `checkpoint-latency-ms`, inexact ones."""
     now = time.time() if now is None else now
     newest = status.get("newest_checkpoint")
-    age = "never" if newest is None else f"{now - newest:.0f} s ago"
+    age = "never" if newest is None else f"{max(now - newest, 0):.0f} s ago"  # written by another host's clock
     stats = list(status.get("partitions", {}).values())
     latency = (f", checkpoint-latency-ms avg {sum(s['avg'] for s in stats) / len(stats):.0f} "
                f"max {max(s['max'] for s in stats):.0f}") if stats else ""

@@ -95,7 +95,8 @@ def view(cfg: MirrorConfig, now: float | None = None) -> list[ClusterView]:
         for topic in v.heartbeat_topics:
             carried = len(sources_in_name(policy, topic))
             for beat in newest.get(topic, {}).values():
-                v.paths.append(Path(beat.source, beat.target, topic, carried + 1, at - beat.timestamp_ms / 1000))
+                v.paths.append(Path(beat.source, beat.target, topic, carried + 1,
+                                    heartbeats.age_s(beat.timestamp_ms, at)))
     return out
 
 
