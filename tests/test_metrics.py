@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import urllib.request
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from mirrorflow import metrics
@@ -53,6 +55,19 @@ def test_snapshot_and_prometheus_use_mm2_names_and_lag() -> None:
     assert 'mirrorflow_record_count_total{flow="A->B",source="A",target="B",topic="t",partition="0"} 3' in text
     assert "mirrorflow_replication_lag_records{" in text and "mirrorflow_replication_latency_ms_p99{" in text
     assert "lag 15 records" in metrics.progress_line(snap)
+
+
+def test_the_metrics_endpoint_listens_on_the_address_it_is_given_and_no_other() -> None:
+    server = metrics.serve(0, [metrics.FlowMetrics("A->B", "A", "B")], host="127.0.0.2")
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=5) as answer:
+            assert 'mirrorflow_up{flow="A->B"}' in answer.read().decode()
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_progress_line_names_three_stuck_partitions_and_counts_the_rest() -> None:

@@ -98,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="DIR", help="the query's checkpoint folder (default: "
                    "$MIRRORFLOW_HOME/streams/A-B/checkpoint)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
-                   help="serve Prometheus /metrics and JSON /status on 127.0.0.1:PORT")
+                   help="serve Prometheus /metrics and JSON /status on PORT")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="the address the metrics are served on (default: 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--max-records-per-batch", type=int, default=100_000, metavar="N",
                    help="records per micro-batch at most (default: 100000)")
     p.add_argument("--trigger-ms", type=int, default=100, metavar="MS",
@@ -385,8 +387,8 @@ def cmd_stream(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     options = stream.StreamOptions(
         master=args.master, checkpoint=Path(args.checkpoint) if args.checkpoint else None,
-        metrics_port=args.metrics_port, max_records_per_batch=args.max_records_per_batch,
-        trigger_ms=args.trigger_ms, driver_memory=args.driver_memory)
+        metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+        max_records_per_batch=args.max_records_per_batch, trigger_ms=args.trigger_ms, driver_memory=args.driver_memory)
     stream.run(cfg, args.flow, options)
     return 0
 

@@ -333,8 +333,9 @@ def prometheus_text(snapshots: Iterable[Mapping[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def serve(port: int, flows: Iterable[FlowMetrics]) -> ThreadingHTTPServer:
-    """Serve `/metrics` (Prometheus) and `/status` (JSON) on 127.0.0.1:port from a daemon thread."""
+def serve(port: int, flows: Iterable[FlowMetrics], host: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serve `/metrics` (Prometheus) and `/status` (JSON) on host:port from a daemon thread (0.0.0.0: every
+    interface, for a Prometheus on another host)."""
     sources = list(flows)
 
     class Handler(BaseHTTPRequestHandler):
@@ -356,7 +357,7 @@ def serve(port: int, flows: Iterable[FlowMetrics]) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: Any) -> None:
             return
 
-    server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    server = ThreadingHTTPServer((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="mirrorflow-metrics", daemon=True).start()
     return server
 

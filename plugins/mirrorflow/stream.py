@@ -100,6 +100,7 @@ class StreamOptions:
     master: str = "local[*]"
     checkpoint: Path | None = None
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     max_records_per_batch: int = 100_000
     trigger_ms: int = 100
     log_interval_s: float = 10.0
@@ -192,7 +193,7 @@ class _Driver:
             self.heartbeats = HeartbeatEmitter(self.flow, self.target)
             self.heartbeats.start()
         if self.options.metrics_port is not None:
-            self.server = metrics.serve(self.options.metrics_port, [self.metrics])
+            self.server = metrics.serve(self.options.metrics_port, [self.metrics], self.options.metrics_host)
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
                                          self.options.driver_memory)
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
