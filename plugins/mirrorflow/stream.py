@@ -636,7 +636,10 @@ class _Driver:
         except ValueError:
             return
         if isinstance(offsets, Mapping):
-            self.metrics.observe_source_ends(_flatten(offsets))
+            # The pattern also matches topics the flow does not replicate (internal ones): not its partitions.
+            ends = _flatten(offsets)
+            mirrored = {t for t in {t for t, _ in ends} if selection.replicates(self.flow, t)}
+            self.metrics.observe_source_ends({tp: end for tp, end in ends.items() if tp[0] in mirrored})
 
     # -- the query -----------------------------------------------------------------------------
 
