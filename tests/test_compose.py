@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import yaml
-from mirrorflow import config, maven
+from mirrorflow import config, maven, metrics
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yaml").read_text())
@@ -50,3 +52,29 @@ def test_the_config_it_points_at_exists_and_names_its_kafka_services() -> None:
     cfg = config.load(path)
     for c in cfg.clusters.values():
         assert c.bootstrap_servers.split(":")[0] in SERVICES
+
+
+def test_prometheus_scrapes_each_stream_where_the_docker_config_serves_its_metrics() -> None:
+    cfg = config.load(REPO / "include" / "docker.properties")
+    scrape = yaml.safe_load((REPO / "include" / "prometheus" / "prometheus.yml").read_text())
+    targets = {t for job in scrape["scrape_configs"] for c in job["static_configs"] for t in c["targets"]}
+    executor = SERVICES["airflow-scheduler"]["environment"]["AIRFLOW__CORE__EXECUTOR"]
+    assert executor == "LocalExecutor"  # tasks, and so the streams' drivers, run in the scheduler's container
+    for flow in cfg.enabled_flows:
+        assert flow.value("mirrorflow.metrics.host") == "0.0.0.0", flow.name
+        assert f"airflow-scheduler:{flow.metrics_port}" in targets, flow.name
+    assert {"prometheus", "grafana"} <= set(SERVICES)
+
+
+def test_every_metric_the_grafana_dashboard_queries_is_one_the_stream_serves() -> None:
+    flow = metrics.FlowMetrics("A->B", "A", "B")
+    flow.observe_source_ends({("t", 0): 10})
+    served = set(re.findall(r"^(mirrorflow_\w+)\{", metrics.prometheus_text([flow.snapshot()]), re.MULTILINE))
+    dashboard = json.loads((REPO / "include" / "grafana" / "dashboards" / "mirrorflow.json").read_text())
+    queries = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    queried = {m for q in queries for m in re.findall(r"\bmirrorflow_\w+", q)}
+    assert queried and queried <= served, queried - served
+    sources = yaml.safe_load((REPO / "include" / "grafana" / "provisioning" / "datasources" / "prometheus.yaml")
+                             .read_text())["datasources"]
+    assert {p["datasource"]["uid"] for p in dashboard["panels"]} == {s["uid"] for s in sources}
+    assert all(s["url"] == "http://prometheus:9090" for s in sources)

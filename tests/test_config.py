@@ -174,6 +174,13 @@ def test_a_key_listed_as_not_used_is_a_flow_key_that_no_module_reads() -> None:
             assert f'.{read}("{name}")' not in sources, f"{name} is read: drop it from keys.NOT_USED"
 
 
+def test_a_flows_metrics_port_is_a_tcp_port_or_nothing() -> None:
+    assert load(BASE + "A->B.enabled = true\n").flow("A->B").metrics_port is None
+    assert load(BASE + "A->B.enabled = true\nA->B.mirrorflow.metrics.port = 9095\n").flow("A->B").metrics_port == 9095
+    assert problems(BASE + "A->B.enabled = true\nmirrorflow.metrics.port = 99999\n") == [
+        "mm2.properties:5: mirrorflow.metrics.port: expected a TCP port (1-65535) or nothing, got '99999'"]
+
+
 def test_cluster_selection_rejects_an_unknown_alias() -> None:
     with pytest.raises(config.ConfigError, match="unknown cluster alias 'C'"):
         load(BASE).select_clusters(["C"])

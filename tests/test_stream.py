@@ -47,10 +47,11 @@ def mirror(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPa
     work = tmp_path_factory.mktemp("stream-m1")
     cfg = work / "mirror.properties"
     cfg.write_text(config_text(("alpha", "beta"), (PORTS["alpha"], PORTS["beta"]), ["alpha->beta"],
-                               "alpha->beta.topics = m1\\..*\nalpha.consumer.isolation.level = read_committed\n"))
+                               "alpha->beta.topics = m1\\..*\nalpha.consumer.isolation.level = read_committed\n"
+                               f"alpha->beta.mirrorflow.metrics.port = {METRICS_PORT}\n"))  # served from the config
     create_topic(ALPHA, "m1.fields", 4)
     stream = StreamProcess(cfg, "alpha->beta", work)
-    stream.start("--metrics-port", str(METRICS_PORT))
+    stream.start()
     yield stream
     stream.stop()
 

@@ -98,9 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", metavar="DIR", help="the query's checkpoint folder (default: "
                    "$MIRRORFLOW_HOME/streams/A-B/checkpoint)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
-                   help="serve Prometheus /metrics and JSON /status on PORT")
-    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
-                   help="the address the metrics are served on (default: 127.0.0.1; 0.0.0.0 for every interface)")
+                   help="serve Prometheus /metrics and JSON /status on PORT (default: the flow's "
+                        "mirrorflow.metrics.port; none: no endpoint)")
+    p.add_argument("--metrics-host", metavar="HOST",
+                   help="the address the metrics are served on (default: the flow's mirrorflow.metrics.host, "
+                        "127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--max-records-per-batch", type=int, default=100_000, metavar="N",
                    help="records per micro-batch at most (default: 100000)")
     p.add_argument("--trigger-ms", type=int, default=100, metavar="MS",

@@ -131,6 +131,12 @@ class Flow:
         s = self.settings["config.properties.exclude"]
         return NameFilter.from_lists(s.value, "", key=s.key, line=s.line)
 
+    @property
+    def metrics_port(self) -> int | None:
+        """The port the flow's stream serves its metrics on; None: no endpoint."""
+        port = self.value("mirrorflow.metrics.port").strip()
+        return int(port) if port else None
+
     def _filter(self, include: str, exclude: str) -> NameFilter:
         inc, exc = self.settings[include], self.settings[exclude]
         return NameFilter.from_lists(inc.value, exc.value, key=inc.key, line=inc.line,
@@ -409,6 +415,8 @@ class _Reader:
                 return
             if n < 0 or (n == 0 and k.name.endswith(("replication.factor", "tasks.max"))):
                 self.error(s.line, s.key, f"must be {'positive' if n == 0 else 'at least 0'}, got {n}")
+        elif k.kind == "port" and v and not (v.isdigit() and 0 < int(v) < 65536):
+            self.error(s.line, s.key, f"expected a TCP port (1-65535) or nothing, got {s.shown!r}")
         elif k.kind == "regex-list":
             try:
                 NameFilter.from_lists(v, "", key=s.key, source=self.source, line=s.line)

@@ -21,7 +21,7 @@ DEFAULT_CONFIG_PROPERTIES_EXCLUDE = (
 @dataclass(frozen=True)
 class Key:
     name: str
-    kind: str  # bool | int | str | regex-list | list | enum | class
+    kind: str  # bool | int | port | str | regex-list | list | enum | class
     default: str
     choices: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # older names MM2 still reads
@@ -81,6 +81,10 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("mirrorflow.data-loss.fail.topics", "regex-list", ""),
     # How long one Airflow checkpoint task runs rounds with the same readers (the DAG runs that often).
     Key("mirrorflow.checkpoints.task.seconds", "int", "600"),
+    # Where the flow's stream serves Prometheus /metrics and JSON /status, however it is launched (Airflow,
+    # spark-submit, the CLI; `stream --metrics-port/--metrics-host` win); no port: no endpoint.
+    Key("mirrorflow.metrics.port", "port", ""),
+    Key("mirrorflow.metrics.host", "str", "127.0.0.1"),
 )
 
 # Keys valid at top level only.

@@ -99,8 +99,8 @@ class _Stuck:
 class StreamOptions:
     master: str = "local[*]"
     checkpoint: Path | None = None
-    metrics_port: int | None = None
-    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # None: the flow's mirrorflow.metrics.port
+    metrics_host: str | None = None  # None: the flow's mirrorflow.metrics.host
     max_records_per_batch: int = 100_000
     trigger_ms: int = 100
     log_interval_s: float = 10.0
@@ -192,8 +192,14 @@ class _Driver:
         if self.flow.flag("emit.heartbeats.enabled"):
             self.heartbeats = HeartbeatEmitter(self.flow, self.target)
             self.heartbeats.start()
-        if self.options.metrics_port is not None:
-            self.server = metrics.serve(self.options.metrics_port, [self.metrics], self.options.metrics_host)
+        port = self.flow.metrics_port if self.options.metrics_port is None else self.options.metrics_port
+        if port is not None:
+            host = self.options.metrics_host or self.flow.value("mirrorflow.metrics.host")
+            try:
+                self.server = metrics.serve(port, [self.metrics], host)
+            except OSError as exc:  # the mirror matters more than its metrics: say so loudly and go on
+                log.error("flow %s: cannot serve metrics on %s:%s (%s); mirroring without them",
+                          self.flow.name, host, port, exc)
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
                                          self.options.driver_memory)
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
