@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from mirrorflow import stream_writer
 from mirrorflow.errors import ConfigError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS
 from mirrorflow.stream_writer import check_producer_tuning, producer_config
@@ -45,3 +46,10 @@ def test_a_batching_setting_the_writer_cannot_take_is_a_config_error_naming_the_
 
 def test_batching_settings_the_writer_takes_pass_the_check() -> None:
     check_producer_tuning({"batch.size": "16384", "linger.ms": "0", "compression.type": "lz4"}, "backup")
+
+
+def test_decoded_headers_keep_order_duplicates_and_null_versus_empty_values() -> None:
+    blob = (b"\x00\x00\x00\x01a\x00\x00\x00\x00" b"\x00\x00\x00\x01a\xff\xff\xff\xff"
+            b"\x00\x00\x00\x02\xc3\xbc\x00\x00\x00\x02xy")
+    assert stream_writer.decode_headers(blob) == [("a", b""), ("a", None), ("ü", b"xy")]
+    assert stream_writer.decode_headers(b"") == []
