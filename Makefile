@@ -39,7 +39,7 @@ lint: setup
 test: setup lint
 	$(BIN)/pytest
 
-# MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd) vs Kafka's perf tools, one run (about 45 minutes, 10 of them
+# MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd) vs Kafka's perf tools, one run (about 30 minutes, 11 of them
 # idle spells; not part of `make test`).
 bench: setup
 	$(BIN)/python tests/benchmark_mirror.py --compression lz4,zstd
