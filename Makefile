@@ -1,6 +1,7 @@
 # The two commands of the README: `make demo` (the embedded default: clusters, Airflow, the example flow) and
 # `make test`.
-# Both set up everything from a fresh clone: Java and Maven if missing (Debian), uv, the locked venv.
+# Both set up everything from a fresh clone: Java and Maven if missing (Debian), uv, the locked venv; `make test`
+# also Debian's Chromium for the browser test.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 UV_VERSION := 0.13.9
@@ -8,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint bench bench-batch bench-state bench-fence bench-eos stop clean
+.PHONY: setup demo test lint browser bench bench-batch bench-state bench-fence bench-eos stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -36,7 +37,12 @@ lint: setup
 	$(BIN)/ruff check plugins tests dags spark_jobs
 	$(BIN)/mypy
 
-test: setup lint
+# The browser test drives Debian's Chromium with Playwright (never a browser download).
+browser:
+	@command -v chromium >/dev/null || { echo "installing Debian's Chromium for the browser test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: setup lint browser
 	$(BIN)/pytest
 
 # MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd) vs Kafka's perf tools, one run (about 30 minutes, 11 of them

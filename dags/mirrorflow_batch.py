@@ -54,17 +54,16 @@ with DAG(dag_id="mirrorflow_backfill", schedule=None, start_date=deployment.STAR
          tags=["mirrorflow", "backfill"],
          params={
              "flow": Param(FLOWS[0].name if FLOWS else "", type="string", title="Flow",
-                           description="The flow to backfill, `source->target`",
-                           examples=[f.name for f in FLOWS]),
-             "from_offsets": Param("", type="string", title="From offsets (JSON)",
-                                   description='Where to start per partition, e.g. `{"orders": {"0": 10, "1": -2}}` '
-                                               "(-2: the earliest); leave empty to start from a time"),
-             "from_time": Param("", type="string", title="From time",
+                           description="The flow to backfill, source->target", enum=[f.name for f in FLOWS] or [""]),
+             "from_offsets": Param(None, type=["null", "string"], title="From offsets (JSON)",
+                                   description='Where to start per partition, e.g. {"orders": {"0": 10, "1": -2}} '
+                                               "(-2: the earliest). Give these or a from time"),
+             "from_time": Param(None, type=["null", "string"], title="From time",
                                 description="The first record's time, ISO 8601 (UTC if no zone) or epoch ms; "
                                             "used when no offsets are given"),
-             "to_time": Param("", type="string", title="To time",
+             "to_time": Param(None, type=["null", "string"], title="To time",
                               description="Stop before records at or after this time; empty: up to now"),
-             "topics": Param("", type="string", title="Topics (regex)",
+             "topics": Param(None, type=["null", "string"], title="Topics (regex)",
                              description="Only source topics matching this regex; empty: every topic of the flow"),
              "pause": Param(False, type="boolean", title="Pause the stream",
                             description="Stop the flow's running stream for the backfill and ask it to run again "

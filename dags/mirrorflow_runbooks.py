@@ -7,14 +7,17 @@ restart the original flow.
 
 1. `preflight` reads only: clusters, the flow's health, newest checkpoint age, lag and the RPO estimate. A
    wrong parameter or an unreachable target fails here, before anything changed.
-2. `approval` shows the preflight summary and waits for Approve/Reject (Required Actions), if asked for.
+2. `approval` shows the preflight summary and waits for Approve/Reject (Required Actions), if asked for. A dry
+   run with `rehearse_approval` asks too, so the step can be practised; its answer changes nothing.
 3. `drain` (planned): waits until every mirrored partition's lag is 0, at most the drain timeout.
 4. `move_groups`: a final checkpoint round, then each group's translated offsets are committed on the target.
    Groups active there are refused.
 5. `switch_flows`: stops the drained flow cleanly; starts (failover) or restarts (failback) the other direction.
 6. `report`: a markdown report (groups, partitions, offsets, RPO, how long the runbook took), also the run's XCom.
 
-`dry_run` runs the reading steps and says what the others would do. Same steps as `mirrorflow failover|failback`.
+`dry_run` (the default: untick it for the real run) runs the reading steps and says what the others would do.
+The report is on the run's page (tab "mirrorflow report") and in the `report` task's XCom. Same steps as
+`mirrorflow failover|failback`.
 """
 
 from __future__ import annotations
@@ -28,28 +31,38 @@ from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from mirrorflow import config, deployment, scheduled
 
 CONFIG = deployment.config_path(Path(__file__).resolve().parent.parent)
-ALIASES = list(config.load(CONFIG).clusters)
+_CFG = config.load(CONFIG)
+ALIASES = list(_CFG.clusters)
+# The forms start on the first enabled flow, so only the groups (or nothing, for a dry run) need typing.
+_FIRST = _CFG.enabled_flows[0] if _CFG.enabled_flows else None
+SOURCE = _FIRST.source if _FIRST else ALIASES[0]
+TARGET = _FIRST.target if _FIRST else ALIASES[-1]
 
 
-def _cluster(title: str, description: str) -> Param:
-    return Param("", type="string", minLength=1, title=title, description=description, examples=ALIASES)
+def _cluster(default: str, title: str, description: str) -> Param:
+    return Param(default, type="string", enum=ALIASES, title=title, description=description)
 
 
 COMMON = {
     "groups": Param(".*", type="string", title="Consumer groups (regex)",
-                    description="Java regex of the consumer groups to move, e.g. `orders-.*`"),
-    "dry_run": Param(False, type="boolean", title="Dry run",
-                     description="Only read and report what would be done; change nothing"),
+                    description="Java regex of the consumer groups to move, e.g. orders-.* (default: every group "
+                                "the flow replicates)"),
+    "dry_run": Param(True, type="boolean", title="Dry run",
+                     description="Only read and report what would be done; change nothing. Untick for the real "
+                                 "run"),
     "require_approval": Param(True, type="boolean", title="Require approval",
-                              description="Wait for a person to approve the preflight summary before changing "
-                                          "anything"),
+                              description="Wait for a person to approve the preflight summary (Required Actions) "
+                                          "before changing anything"),
+    "rehearse_approval": Param(False, type="boolean", title="Rehearse the approval",
+                               description="With dry run: ask for the approval as a real run would, so the on-call "
+                                           "person can practise it; approving or rejecting changes nothing"),
     "drain_timeout_s": Param(300, type="integer", minimum=0, title="Drain timeout (seconds)",
                              description="Planned: how long to wait for the flow to mirror everything"),
 }
 FORMS = {
     "failover": {
-        "source": _cluster("Failing cluster (source)", "The cluster the consumers leave, e.g. `primary`"),
-        "target": _cluster("Backup cluster (target)", "Its mirror, where the consumers resume, e.g. `backup`"),
+        "source": _cluster(SOURCE, "Failing cluster (source)", "The cluster the consumers leave"),
+        "target": _cluster(TARGET, "Backup cluster (target)", "Its mirror, where the consumers resume"),
         "mode": Param("planned", enum=["planned", "unplanned"], title="Mode",
                       description="Is the source cluster still up?",
                       values_display={"planned": "planned: the source is up, drain it first",
@@ -59,8 +72,8 @@ FORMS = {
                               description="Mirror what is produced on the backup back to the source"),
     },
     "failback": {
-        "original": _cluster("Original cluster", "The cluster the consumers return to, e.g. `primary`"),
-        "backup": _cluster("Backup cluster", "The cluster they run on now, e.g. `backup`"),
+        "original": _cluster(SOURCE, "Original cluster", "The cluster the consumers return to"),
+        "backup": _cluster(TARGET, "Backup cluster", "The cluster they run on now"),
         **COMMON,
         "switch_flows": Param(True, type="boolean", title="Restart the original flow",
                               description="Mirror the original cluster to the backup again"),
@@ -80,11 +93,11 @@ def runbook_dag(kind: str) -> DAG:
         @task.branch(task_id="needs_approval")
         def needs_approval() -> str:
             params = get_current_context()["params"]
-            return "approval" if params["require_approval"] and not params["dry_run"] else "drain"
+            return "approval" if scheduled.runbook_asks_approval(params) else "drain"
 
         approval = ApprovalOperator(
             task_id="approval", subject=f"mirrorflow {kind}: approve the preflight summary?",
-            body="{{ ti.xcom_pull(task_ids='preflight')['markdown'] }}", response_timeout=timedelta(hours=4))
+            body="{{ ti.xcom_pull(task_ids='preflight')['approval_markdown'] }}", response_timeout=timedelta(hours=4))
 
         @task(task_id="drain", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
         def drain(pre: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +115,7 @@ def runbook_dag(kind: str) -> DAG:
         def report(pre: dict[str, Any], drained: dict[str, Any], moved: dict[str, Any],
                    switched: dict[str, Any]) -> dict[str, Any]:
             params = get_current_context()["params"]
-            approved = "approved in Airflow" if params["require_approval"] and not params["dry_run"] else ""
+            approved = scheduled.runbook_approval_note(params)
             return scheduled.runbook_report(pre, drained, moved, switched, approved)
 
         pre = preflight()

@@ -64,14 +64,15 @@ def control_dag(flow: Flow) -> DAG:
                  "action": Param("health", enum=["health", "start", "stop", "restart"], title="Action",
                                  description="health: is it running, how far behind; stop: finish the running "
                                              "batch and stay stopped; start: run again; restart: stop, then start"),
-                 "reason": Param("", type="string", title="Reason",
-                                 description="Recorded with the request on the flow's target cluster"),
+                 "reason": Param(None, type=["null", "string"], title="Reason (optional)",
+                                 description="Recorded with a start, stop or restart request on the flow's target "
+                                             "cluster"),
              }) as dag:
 
         @task(task_id="act", execution_timeout=timedelta(minutes=5))
         def act() -> dict[str, object]:
             params = get_current_context()["params"]
-            return scheduled.control(CONFIG, flow.name, params["action"], params["reason"])
+            return scheduled.control(CONFIG, flow.name, params["action"], params.get("reason") or "")
 
         act()
     return dag

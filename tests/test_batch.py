@@ -233,6 +233,19 @@ def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_bro
     assert xcom["partitions"][0]["missing_ranges"] == [[10, 19]], xcom["partitions"][0]
 
 
+def test_the_hourly_audit_of_a_standby_flow_succeeds_with_nothing_to_audit(airflow_home: Path,
+                                                                            tmp_path: Path) -> None:
+    path = tmp_path / "standby.properties"
+    path.write_text(config_text(("quarry", "depot"), (PORTS["alpha"], PORTS["beta"]), ["depot->quarry"],
+                                "depot->quarry.topics = standby\\..*\n"))
+    state, xcom = _dag_run(path, "mirrorflow_audit__depot_to_quarry", "report",
+                           logical_date=HOUR + timedelta(hours=1))
+    assert state == "success" and xcom["complete"] and xcom["partitions"] == [], xcom
+    assert "nothing to audit: no topic on depot" in xcom["summary"]
+    with pytest.raises(config.ConfigError, match="no topic on depot matches --topics"):  # asked for by name: an error
+        audit.run(config.load(path), "depot->quarry", topics=r"standby\.orders")
+
+
 def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
         cfg_path: Path, spark: Any, airflow_home: Path) -> None:
     cfg = config.load(cfg_path)

@@ -54,14 +54,22 @@ def test_the_runbook_forms_say_what_each_field_means(airflow_home: Path, cluster
     with deployment(clusters_file) as bag:
         pass
     failover = bag.dags["mirrorflow_failover"].params
-    assert set(failover) == {"source", "target", "mode", "groups", "dry_run", "require_approval", "switch_flows",
-                             "drain_timeout_s"}
+    assert set(failover) == {"source", "target", "mode", "groups", "dry_run", "require_approval", "rehearse_approval",
+                             "switch_flows", "drain_timeout_s"}
     assert set(bag.dags["mirrorflow_failback"].params) == set(failover) - {"source", "target", "mode"} | {
         "original", "backup"}
-    for name in failover:
-        param = failover.get_param(name)
-        assert param.schema.get("title") and param.description, name
-    assert failover.get_param("source").schema["examples"] == ["alpha", "beta", "gamma"]
+    for dag_id in ("mirrorflow_failover", "mirrorflow_failback", "mirrorflow_backfill",
+                   "mirrorflow_control__alpha_to_beta"):
+        form = bag.dags[dag_id].params
+        for name in form:
+            param = form.get_param(name)
+            assert param.schema.get("title") and param.description, (dag_id, name)
+            assert "`" not in param.description, (dag_id, name)  # the form shows descriptions as plain text
+        form.validate()  # the defaults alone submit
+    # Clusters are chosen from the config, and the defaults are the first enabled flow, as a dry run.
+    assert failover.get_param("source").schema["enum"] == ["alpha", "beta", "gamma"]
+    assert (failover["source"], failover["target"], failover["dry_run"]) == ("alpha", "beta", True)
+    assert bag.dags["mirrorflow_control__alpha_to_beta"].params["reason"] is None
     assert [t.task_id for t in bag.dags["mirrorflow_failover"].topological_sort()] == [
         "preflight", "needs_approval", "approval", "drain", "move_groups", "switch_flows", "report"]
 
@@ -83,4 +91,6 @@ def test_each_flow_is_audited_over_the_hour_that_just_closed_and_the_backfill_fo
     assert set(form) == {"flow", "from_offsets", "from_time", "to_time", "topics", "pause"}
     for name in form:
         assert form.get_param(name).schema.get("title") and form.get_param(name).description, name
-    assert form.get_param("flow").schema["examples"] == ["alpha->beta", "beta->alpha", "alpha->gamma"]
+    assert form.get_param("flow").schema["enum"] == ["alpha->beta", "beta->alpha", "alpha->gamma"]
+    form["from_time"] = "2026-11-21T09:00"  # the rest is optional
+    form.validate()

@@ -245,10 +245,15 @@ def test_a_bad_request_fails_at_preflight_having_changed_nothing(dr: Deployment)
         out = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 or out.stderr.count("mirrorflow: error:") == 1
-    state, tasks, _ = _run_dag(dr, "mirrorflow_failover", {"source": "nowhere", "target": "backup",
-                                                           "require_approval": False})
+    state, tasks, _ = _run_dag(dr, "mirrorflow_failover", {"source": "primary", "target": "spare",
+                                                           "dry_run": False, "require_approval": False})
     assert state == "failed" and tasks["preflight"] == "failed"
     assert all(tasks.get(t) in (None, "None", "upstream_failed") for t in ("drain", "move_groups", "switch_flows"))
+    # The form's defaults are a dry run of the first flow: with no group to move it still reports health and RPO.
+    state, tasks, report = _run_dag(dr, "mirrorflow_failover", {"groups": "nobody-.*"})
+    assert state == "success" and tasks["approval"] == "skipped", tasks
+    assert "matches none of" in report["markdown"] and "RPO" in report["markdown"], report
+    assert "primary->backup" in report["markdown"] and "dry run" in report["markdown"]
     assert lifecycle.requested(dr.cfg, forward) == before
     assert _holders(dr.cfg, "primary->backup")
 
@@ -265,7 +270,8 @@ def test_planned_failover_moves_the_group_so_it_reads_exactly_the_remaining_reco
     more.flush(30)
 
     state, tasks, report = _run_dag(dr, "mirrorflow_failover", {
-        "source": "primary", "target": "backup", "groups": "dr-.*", "mode": "planned", "require_approval": False})
+        "source": "primary", "target": "backup", "groups": "dr-.*", "mode": "planned", "dry_run": False,
+        "require_approval": False})
     assert state == "success", tasks
     assert tasks["approval"] == "skipped"
     print("\n" + report["markdown"])
@@ -293,7 +299,7 @@ def test_failback_brings_home_what_was_produced_on_the_backup_and_the_group_resu
     StreamDagRun(dr, "backup->primary")  # requested running by the failover: the scheduler starts it
 
     state, tasks, report = _run_dag(dr, "mirrorflow_failback", {
-        "original": "primary", "backup": "backup", "groups": "dr-.*", "require_approval": False,
+        "original": "primary", "backup": "backup", "groups": "dr-.*", "dry_run": False, "require_approval": False,
         "drain_timeout_s": 300})
     assert state == "success", tasks
     print("\n" + report["markdown"])
@@ -357,7 +363,7 @@ def test_unplanned_failover_with_the_source_down_commits_the_newest_checkpoints_
     dr_lost = Deployment(path, cfg, dr.work, dr.airflow_db)
     state, tasks, report = _run_dag(dr_lost, "mirrorflow_failover", {
         "source": "lost", "target": "backup", "groups": "dr-lost", "mode": "unplanned", "switch_flows": False,
-        "require_approval": False})
+        "dry_run": False, "require_approval": False})
     assert state == "success", tasks
     print("\n" + report["markdown"])
     assert report["rpo"]["measured"] is False and "unknown" in report["rpo"]["note"]

@@ -122,7 +122,8 @@ class AuditReport:
     seconds: float
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     # How the records were compared: "digests" when some were proven from the stream's digest units and the target
-    # alone (digest_records of them), "full" when every record was read on both sides.
+    # alone (digest_records of them), "full" when every record was read on both sides, "nothing" when the flow had
+    # no partition to audit.
     mode: str = "full"
     digest_records: int = 0
 
@@ -142,6 +143,9 @@ class AuditReport:
     def summary(self) -> str:
         """One line: the verdict, the totals and the first examples of what is wrong."""
         head = f"audit {self.flow} ({self.window})"
+        if not self.partitions:
+            return (f"{head}: nothing to audit: no topic on {self.source} among the topics the flow replicates "
+                    "(a standby flow, or nothing created yet)")
         records = self.total("source_records")
         behind, refused = self.total("behind"), self.total("refused")
         tail = f"; {behind} not yet mirrored (the stream is behind)" if behind else ""
@@ -177,6 +181,8 @@ class AuditReport:
         return out[:limit] + (["…"] if len(out) > limit else [])
 
     def table(self) -> str:
+        if not self.partitions:
+            return self.summary()
         rows = [("partition", "range", "source", "mirrored", "missing", "duplicated", "differing", "behind",
                  "refused", "first examples")]
         for p in self.partitions:
@@ -226,8 +232,12 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
     (`full`: everything is)."""
     flow = cfg.flow(flow_name)
     require_provenance(flow, "audit")
-    planned = ranges.plan(cfg, flow, topics=topics, window=window)
     begun = time.monotonic()
+    # A scheduled audit of a flow whose source has no topic to mirror yet (a standby flow) has nothing to compare.
+    planned = ranges.plan(cfg, flow, topics=topics, window=window, allow_empty=topics is None)
+    if not planned:
+        return AuditReport(flow.name, flow.source, flow.target, window.label(), cfg.cluster(flow.target).exactly_once,
+                           (), time.monotonic() - begun, mode="nothing")
     spark = spark or spark_session.build(f"mirrorflow audit {flow.name}", master)
     target = cfg.cluster(flow.target)
     units = {} if full else _units(target, flow, planned)

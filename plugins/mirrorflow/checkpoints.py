@@ -365,6 +365,13 @@ def newest_checkpoint_ms(consumer_settings: Mapping[str, Any], topic: str) -> in
     return max(times, default=None)
 
 
+def newest_checkpoint_age_s(cfg: MirrorConfig, flow: Flow) -> float | None:
+    """Seconds since the flow's newest checkpoint was written (never negative), or None if there is none."""
+    newest = newest_checkpoint_ms(clients.settings(cfg.cluster(flow.target), "consumer"),
+                                  checkpoints_topic(flow.policy, flow.source))
+    return None if newest is None else round(max(time.time() - newest / 1000, 0.0), 1)
+
+
 class CheckpointRounds:
     """A flow's checkpoint rounds in one process: the offset syncs and the checkpoints topic are read once, then
     only what is new (at most one checkpoint per group-partition and the syncs' bounded state are kept)."""

@@ -207,7 +207,8 @@ class FlowHealth:
         return f"flow {self.flow}: {running}, {self.requested.line()}, {beat}, {lag}"
 
     def as_dict(self) -> dict[str, Any]:
-        return {"flow": self.flow, "requested": self.requested.state, "reason": self.requested.reason,
+        return {"flow": self.flow, "line": self.line(), "requested": self.requested.state,
+                "reason": self.requested.reason,
                 "alive": self.alive, "holders": list(self.holders), "lease_error": self.lease_error,
                 "heartbeat_age_s": self.heartbeat_age_s,
                 "lag_records": self.lag_records, "lag_seconds": self.lag_seconds, "source_error": self.source_error,

@@ -2,9 +2,10 @@
 
 Project-local and development-only, as Airflow means standalone to be: SQLite in `.mirrorflow/airflow`,
 LocalExecutor, the repo's `dags/` and `plugins/`, no examples, one admin user whose generated password is
-kept in `.mirrorflow/airflow/passwords.json` (mode 0600), never printed. The Spark
-connection `mirrorflow_spark` points at Spark local mode. DAGs start unpaused, so the scheduler runs each
-enabled flow's stream as soon as the flow is requested running.
+kept in `.mirrorflow/airflow/passwords.json` (mode 0600), never printed. `up` creates the Spark connection
+`mirrorflow_spark` (Spark local mode) in Airflow's database once, so an operator sees and edits it under
+Admin -> Connections. DAGs start unpaused, so the scheduler runs each enabled flow's stream as soon as the flow
+is requested running.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mirrorflow import local
+from mirrorflow.deployment import SPARK_CONNECTION
 from mirrorflow.errors import OperationalError
 
 USER = "admin"
@@ -66,7 +70,6 @@ def environment(project: Path, config_path: Path) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(PORT),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{PORT}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{PORT}/execution/",
-        "AIRFLOW_CONN_MIRRORFLOW_SPARK": json.dumps({"conn_type": "spark", "host": "local[*]"}),
         "MIRRORFLOW_CONFIG": str(config_path),
         "MIRRORFLOW_HOME": str(local.home()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
@@ -107,8 +110,46 @@ def up(project: Path, config_path: Path) -> AirflowState:
                 raise OperationalError(f"Airflow did not answer on port {PORT} within {START_TIMEOUT_S:.0f} s; "
                                        f"see {home() / 'standalone.log'}")
             time.sleep(2)
+    _ensure_spark_connection()
     state = status()
     return AirflowState(state.running, state.pid, state.url, state.home, created)
+
+
+def api(method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, Any]:
+    """One call to the embedded Airflow's REST API as the admin user: (HTTP status, JSON reply or None)."""
+    password = json.loads(_passwords_file().read_text())[USER]
+    token = _call("POST", "/auth/token", {"username": USER, "password": password})[1]["access_token"]
+    return _call(method, path, body, token)
+
+
+def _call(method: str, path: str, body: Mapping[str, Any] | None = None, token: str | None = None
+          ) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", method=method, headers=headers,
+                                     data=None if body is None else json.dumps(body).encode())
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            text = reply.read()
+            return reply.status, json.loads(text) if text else None
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def _ensure_spark_connection() -> None:
+    """`mirrorflow_spark` in Airflow's database (not an environment variable, which the UI can neither show nor
+    override); an operator's edit is kept."""
+    wanted = {"connection_id": SPARK_CONNECTION, "conn_type": "spark", "host": "local[*]",
+              "description": "The Spark master mirrorflow's stream and batch tasks run against"}
+    reply = None
+    for _ in range(12):  # SQLite is busy while the scheduler starts its first tasks: HTTP 500 for a few seconds
+        reply, _ = api("GET", f"/api/v2/connections/{SPARK_CONNECTION}")
+        if reply == 404:
+            reply, _ = api("POST", "/api/v2/connections", wanted)
+        if reply in (200, 201, 409):
+            return
+        time.sleep(5)
+    raise OperationalError(f"cannot create the Airflow connection {SPARK_CONNECTION} (HTTP {reply}); "
+                           f"see {home() / 'standalone.log'}")
 
 
 def down() -> AirflowState:

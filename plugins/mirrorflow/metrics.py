@@ -140,6 +140,7 @@ class FlowMetrics:
         self.state = "starting"
         self.error = ""
         self.pid, self.host = os.getpid(), socket.gethostname()
+        self.spark_ui: str | None = None  # the driver's Spark UI, when it has one
         self.held: dict[str, tuple[str, int]] = {}  # source topic -> (why, records not written since)
         self.producer_inits = 0  # transactional producers initialised (each fences its id's last)
         # The last BATCH_TIMES micro-batches: (foreachBatch ms, of which the write job ms), and Spark's own time per
@@ -253,7 +254,7 @@ class FlowMetrics:
             overheads = list(self.trigger_overheads)
             return {
                 "flow": self.flow, "source": self.source, "target": self.target, "state": self.state,
-                "error": self.error, "pid": self.pid, "host": self.host,
+                "error": self.error, "pid": self.pid, "host": self.host, "spark-ui": self.spark_ui,
                 "updated": now, "started": self.started, "batches": self.batches,
                 "transactional-producer-inits": self.producer_inits,
                 "last-batch": self.last_batch,

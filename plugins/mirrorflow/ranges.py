@@ -119,8 +119,9 @@ def parse_offsets(text: str) -> dict[str, dict[int, int]]:
 
 
 def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Window = EVERYTHING,
-         from_offsets: Mapping[str, Mapping[int, int]] | None = None) -> list[SourceRange]:
-    """Every range the request covers, sorted by topic and partition. Reads both clusters' offsets and the syncs."""
+         from_offsets: Mapping[str, Mapping[int, int]] | None = None, allow_empty: bool = False) -> list[SourceRange]:
+    """Every range the request covers, sorted by topic and partition. Reads both clusters' offsets and the syncs.
+    No partition at all is a ConfigError unless `allow_empty` (a flow with nothing on its source yet)."""
     source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
     source_admin, target_admin = clients.admin(source), clients.admin(target)
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
@@ -130,6 +131,8 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
                   for p in range(n)]
     if from_offsets is not None:
         partitions = _named(flow, counts, partitions, from_offsets)
+    if not partitions and allow_empty:
+        return []
     if not partitions:
         raise ConfigError(f"flow {flow.name}: no topic on {source.alias} matches"
                           f"{' --topics ' + topics if topics else ''} among the topics the flow replicates")

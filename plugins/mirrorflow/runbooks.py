@@ -105,15 +105,18 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
         groups = GroupOffsets(cfg, flow).groups()
         where = f"{rb.source}'s groups that flow {flow.name} replicates"
     selected = [g for g in groups if pattern.fullmatch(g)]
+    notices = []
     if not selected:
         known = ", ".join(groups[:10]) or "none"
-        raise ConfigError(f"{rb.title}: groups regex {rb.groups!r} matches none of {where} ({known})")
-    active = _active_groups(cfg, rb.target, selected)
+        unmatched = f"groups regex {rb.groups!r} matches none of {where} ({known})"
+        if not rb.dry_run:
+            raise ConfigError(f"{rb.title}: {unmatched}")
+        notices.append(f"{unmatched}: a real run would stop here")  # a dry run still reports health and RPO
+    active = _active_groups(cfg, rb.target, selected) if selected else []
     if active:
         raise OperationalError(f"{rb.title}: consumer groups active on {rb.target} would be overwritten: "
                                f"{', '.join(active)}; stop their consumers there first")
-    notices = []
-    if not source_error:
+    if not source_error and selected:
         busy = _active_groups(cfg, rb.source, selected)
         if busy:
             notices.append(f"groups still active on {rb.source} (commits after the move are not carried over): "
@@ -129,7 +132,7 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
         "reverse_flow": reverse.name if reverse else None,
         "source_reachable": not source_error, "source_error": source_error,
         "stream": health.as_dict(), "stream_line": health.line(),
-        "checkpoint_age_s": _checkpoint_age(cfg, flow), "groups": selected,
+        "checkpoint_age_s": checkpoints.newest_checkpoint_age_s(cfg, flow), "groups": selected,
         "rpo": rpo, "notices": notices,
     }
     summary["markdown"] = preflight_markdown(summary)
@@ -189,12 +192,6 @@ def _newest_checkpoints(cfg: MirrorConfig, flow: Flow) -> list[tuple[str, str, i
     return list(checkpoints.read_checkpoints(clients.settings(cfg.cluster(flow.target), "consumer"), topic))
 
 
-def _checkpoint_age(cfg: MirrorConfig, flow: Flow) -> float | None:
-    newest = checkpoints.newest_checkpoint_ms(clients.settings(cfg.cluster(flow.target), "consumer"),
-                                              checkpoints_topic(flow.policy, flow.source))
-    return None if newest is None else round(max(time.time() - newest / 1000, 0.0), 1)
-
-
 def _rpo(flow: Flow, health: lifecycle.FlowHealth) -> dict[str, Any]:
     """Records and seconds not yet mirrored: measured when the source answers, else the stream's last view."""
     if health.lags is not None:
@@ -227,7 +224,7 @@ def preflight_markdown(p: Mapping[str, Any]) -> str:
         f"- source {rb.source}: " + ("reachable" if p["source_reachable"] else f"unreachable ({p['source_error']})"),
         f"- newest checkpoint: {'none' if age is None else f'{age} s old'}",
         f"- RPO (not yet mirrored): {rpo_text}",
-        f"- groups to move ({len(p['groups'])}): {', '.join(p['groups'])}",
+        f"- groups to move ({len(p['groups'])}): {', '.join(p['groups']) or 'none'}",
     ]
     lines += [f"- behind: {b}" for b in rpo.get("behind", [])[:10]]
     lines += [f"- note: {n}" for n in p["notices"]]
@@ -278,7 +275,7 @@ def drain(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
 def move_groups(cfg: MirrorConfig, rb: Runbook, groups: Sequence[str]) -> dict[str, Any]:
     """Commit each group's position on the target; refuses (changing nothing) if one is active there."""
     flow = cfg.flow(rb.flow_name)
-    active = _active_groups(cfg, rb.target, groups)
+    active = _active_groups(cfg, rb.target, groups) if groups else []
     if active:
         raise OperationalError(f"{rb.title}: consumer groups active on {rb.target}, nothing committed: "
                                f"{', '.join(active)}")

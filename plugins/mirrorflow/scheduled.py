@@ -171,9 +171,23 @@ def runbook_of(kind: str, params: Mapping[str, Any]) -> runbooks.Runbook:
                             dry_run, switch, timeout)
 
 
+def runbook_asks_approval(params: Mapping[str, Any]) -> bool:
+    """A real run asks when approval is required; a dry run only when it rehearses the approval."""
+    return bool(params.get("require_approval")) and (not params.get("dry_run") or bool(params.get("rehearse_approval")))
+
+
+def runbook_approval_note(params: Mapping[str, Any]) -> str:
+    if not runbook_asks_approval(params):
+        return ""
+    return "approved in Airflow" + (" (a rehearsal: the run was a dry run)" if params.get("dry_run") else "")
+
+
 def runbook_preflight(config_path: Path, kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     summary = runbooks.preflight(_load(config_path), runbook_of(kind, params))
     log.info("\n%s", summary["markdown"])
+    rehearsal = ("**Rehearsal**: this is a dry run; approving or rejecting changes nothing.\n\n"
+                 if params.get("dry_run") else "")
+    summary["approval_markdown"] = rehearsal + summary["markdown"]
     return summary
 
 

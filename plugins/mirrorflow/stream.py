@@ -202,6 +202,7 @@ class _Driver:
                           self.flow.name, host, port, exc)
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
                                          self.options.driver_memory)
+        self.metrics.spark_ui = self.spark.sparkContext.uiWebUrl
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
         mode = ("exactly-once" if self.exactly_once else
                 "at-least-once" if self.transactional else "at-least-once, idempotent records (not fenced)")
