@@ -1,12 +1,14 @@
 """The mirror stream of each enabled flow: launched, watched and restarted by the scheduler; controlled from the UI.
 
-`mirrorflow_stream__A_to_B` runs every 30 seconds, one run at a time. `check` reads the flow's requested
-state and its lease on B: if the flow should run and no instance holds the lease, `mirror` submits
+`mirrorflow_stream__A_to_B` runs one run at a time, the next at most 30 seconds after the last. `check` reads the
+flow's requested state and its lease on B; while the flow is stopped or runs elsewhere it waits, deferred (no
+worker slot), for up to `mirrorflow.stream.watch.seconds` (600) and then ends skipped: an idle flow makes one run
+per 10 minutes. When the flow should run and no instance holds the lease, `mirror` submits
 `spark_jobs/mirror_stream.py` with the Spark provider through the Airflow connection `mirrorflow_spark`
 (host `local[*]` for the embedded default; `yarn` with `deploy-mode=cluster`, or `k8s://…`, in
 production, where the cluster restarts the driver and this run ends once the job is submitted). In local
 mode the `mirror` task lasts as long as the stream: when the stream dies, the run ends and the next one,
-at most 30 seconds later, starts it again. Two instances can never write at once: the second finds the
+at most 30 seconds later, starts it again at once. Two instances can never write at once: the second finds the
 lease held and exits (exactly-once mode also fences the first's producers).
 
 `mirrorflow_control__A_to_B` is triggered by hand: `health` (fails if the flow should run and does not),
@@ -25,6 +27,7 @@ from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOpe
 from airflow.sdk import DAG, Param, get_current_context, task
 from mirrorflow import deployment, scheduled
 from mirrorflow.config import Flow
+from mirrorflow.stream_watch import StreamLaunchCheck
 
 PROJECT = Path(__file__).resolve().parent.parent
 CONFIG = deployment.config_path(PROJECT)
@@ -37,11 +40,8 @@ def stream_dag(flow: Flow) -> DAG:
              catchup=False, max_active_runs=1, doc_md=__doc__, default_args=deployment.TASK_DEFAULTS,
              tags=["mirrorflow", "stream", flow.source, flow.target]) as dag:
 
-        @task.short_circuit(task_id="check", execution_timeout=timedelta(minutes=5))
-        def check() -> str:
-            return scheduled.stream_launch(CONFIG, flow.name)
-
-        jars = check()
+        check = StreamLaunchCheck(task_id="check", config_path=CONFIG, flow_name=flow.name)
+        jars = check.output
         mirror = SparkSubmitOperator(
             task_id="mirror", conn_id=deployment.SPARK_CONNECTION, application=str(APPLICATION),
             name=f"mirrorflow {flow.name}", jars=jars, driver_memory="1g",

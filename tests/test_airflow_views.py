@@ -13,6 +13,9 @@ def test_a_runbook_run_shows_its_report_and_one_that_stopped_early_shows_its_pre
     assert "<table>" in shown and "<td>g</td>" in shown and "preflight" not in shown
     early = airflow_views.report_markdown({("preflight", "return_value"): pre}) or ""
     assert early.startswith("**The runbook stopped before its report**") and "RPO: 0 records" in early
+    rejected = airflow_views.report_markdown({("preflight", "return_value"): pre},
+                                             {"approval": "success", "drain": "skipped", "report": "skipped"}) or ""
+    assert rejected.startswith("**Rejected at the approval step: nothing changed.**")
     assert airflow_views.report_markdown({}) is None
 
 

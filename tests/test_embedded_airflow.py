@@ -1,5 +1,7 @@
 """The embedded Airflow (`mirrorflow airflow up`, what `make demo` runs) with its real scheduler: it comes up next
-to the brokers, launches a flow's stream, and launches it again after the stream is killed."""
+to the brokers and launches a flow's stream; a newcomer in a real browser (Debian's Chromium, driven by Playwright)
+finds the flows page and a failover dry run's report; a rehearsal's approval is answered through the REST API;
+the stream is launched again after it is killed. Tests run in file order on one Airflow."""
 
 from __future__ import annotations
 
@@ -9,17 +11,22 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from conftest import PORTS
-from mirrorflow import clients, config, flow_lease, local_airflow, metrics
+from mirrorflow import clients, config, flow_lease, lifecycle, local_airflow, metrics
 from streams import wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 PORT = "25080"
-FLOW = "home->away"
+FLOW, REVERSE = "home->away", "away->home"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]  # no calls out of this closed network
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +36,7 @@ def embedded(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.Temp
     path = work / "mirror.properties"
     path.write_text(f"clusters = home, away\nhome.bootstrap.servers = 127.0.0.1:{PORTS['alpha']}\n"
                     f"away.bootstrap.servers = 127.0.0.1:{PORTS['beta']}\nhome->away.enabled = true\n"
+                    "away->home.enabled = true\n"
                     "topics = emb\\..*\nreplication.factor = 1\noffset-syncs.topic.replication.factor = 1\n"
                     "checkpoints.topic.replication.factor = 1\nrefresh.topics.interval.seconds = 120\n"
                     "emit.checkpoints.interval.seconds = 120\n")
@@ -42,16 +50,32 @@ def embedded(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.Temp
         del os.environ["MIRRORFLOW_AIRFLOW_PORT"]
 
 
+def _get(path: str, token: str | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}",
+                                     headers={"Authorization": f"Bearer {token}"} if token else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def _run_state(dag_id: str) -> str:
+    _, runs = local_airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=1")
+    return str(runs["dag_runs"][0]["state"]) if runs["dag_runs"] else ""
+
+
 def _lease_members(cfg: config.MirrorConfig) -> set[str]:
     admin = clients.admin(cfg.cluster("away"))
     return {m.member_id for m in flow_lease.members(admin, FLOW) if m.assignment.topic_partitions}
 
 
-def test_the_embedded_airflow_runs_the_flow_and_its_scheduler_restarts_a_killed_stream_within_two_minutes(
+def test_the_embedded_airflow_launches_the_flow_and_shows_it_on_the_flows_page_behind_its_login(
         embedded: tuple[Path, config.MirrorConfig, list[str]]) -> None:
     _, cfg, cli = embedded
-    started = subprocess.run([*cli, "start", "--flow", FLOW], capture_output=True, text=True, timeout=120)
-    assert started.returncode == 0, started.stderr
+    for args in (["stop", "--flow", REVERSE, "--reason", "standby"], ["start", "--flow", FLOW]):
+        done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
     up = subprocess.run([*cli, "airflow", "up"], capture_output=True, text=True, timeout=420)
     assert up.returncode == 0, up.stdout + up.stderr
     assert f"UI and API at http://127.0.0.1:{PORT}" in up.stdout and "login: admin, password in " in up.stdout
@@ -61,7 +85,116 @@ def test_the_embedded_airflow_runs_the_flow_and_its_scheduler_restarts_a_killed_
     began = time.monotonic()
     wait_for(lambda: bool(_lease_members(cfg)), 240, "the scheduler to launch the stream")
     print(f"\nembedded Airflow up; the scheduler launched the stream {time.monotonic() - began:.0f} s later")
+    # The Spark master is a connection in Airflow's database, where Admin -> Connections shows it.
+    found, connection = local_airflow.api("GET", "/api/v2/connections/mirrorflow_spark")
+    assert found == 200 and connection["host"] == "local[*]"
 
+    assert _get("/mirrorflow/flows")[0] == 401  # behind Airflow's login, like its own API
+    code, page = _get("/mirrorflow/flows", local_airflow.token())
+    assert code == 200 and "home-&gt;away" in page and "away-&gt;home" in page, page
+
+
+def test_a_newcomer_in_a_browser_sees_no_failed_run_reads_the_lag_and_runs_the_failover_dry_run_from_its_form(
+        embedded: tuple[Path, config.MirrorConfig, list[str]], tmp_path: Path) -> None:
+    from playwright.sync_api import sync_playwright
+
+    password = json.loads((local_airflow.home() / "passwords.json").read_text())["admin"]
+    base = f"http://127.0.0.1:{PORT}"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.set_default_timeout(60_000)
+        page.goto(f"{base}/")
+        page.get_by_label("Username").fill("admin")
+        page.get_by_label("Password").fill(password)
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(f"{base}/")
+        failed = page.locator("a[href='/dags?last_dag_run_state=failed']")
+        assert failed.inner_text().split()[0] == "0", failed.inner_text()
+        page.screenshot(path=tmp_path / "home.png")
+        page.goto(f"{base}/dags?tags=mirrorflow")
+        page.get_by_role("link", name="mirrorflow_failover").first.wait_for()
+
+        page.get_by_role("button", name="Browse").click()
+        page.get_by_role("menuitem", name="mirrorflow flows").click()
+        flows = page.frame_locator("iframe")
+        row = flows.locator("tr", has_text="home->away")
+        row.wait_for()
+        cells = row.locator("td").all_inner_texts()
+        assert cells[1:3] == ["running", "yes"] and cells[3].replace(",", "").isdigit(), cells
+        page.screenshot(path=tmp_path / "flows.png")
+        print(f"\nflows page, home->away: {cells}")
+
+        page.goto(f"{base}/dags/mirrorflow_failover")
+        page.get_by_role("button", name="Trigger").first.click()
+        page.get_by_role("dialog").get_by_role("button", name="Trigger").click()  # the defaults: a dry run
+        page.wait_for_url("**/runs/**")
+        run_url = page.url.split("/runs/")[0] + "/runs/" + page.url.split("/runs/")[1].split("/")[0]
+        wait_for(lambda: _run_state("mirrorflow_failover") in ("success", "failed"), 180, "the dry run to end")
+        assert _run_state("mirrorflow_failover") == "success"
+        page.goto(run_url)
+        page.get_by_role("link", name="mirrorflow report").click()
+        report = page.frame_locator("iframe").locator("body")
+        report.get_by_text("dry run").first.wait_for()
+        text = report.inner_text()
+        assert "mirrorflow failover home->away (planned), dry run" in text and "RPO" in text, text
+        assert "would stop home->away" in text and "would start away->home" in text, text
+        page.screenshot(path=tmp_path / "report.png")
+        print(f"failover dry run report on its run page:\n{text}")
+
+        page.goto(f"{base}/dags/mirrorflow_backfill")
+        page.get_by_role("button", name="Trigger").first.click()
+        form = page.get_by_role("dialog")
+        form.locator("#element_from_time").fill("2026-11-21T09:00")
+        form.get_by_role("button", name="Trigger").click()
+        page.wait_for_url("**/runs/**")
+        browser.close()
+    _, runs = local_airflow.api("GET", "/api/v2/dags/mirrorflow_backfill/dagRuns?order_by=-run_after&limit=1")
+    conf = runs["dag_runs"][0]["conf"]
+    assert conf["from_time"] == "2026-11-21T09:00" and conf["flow"] == FLOW and conf["from_offsets"] is None, conf
+    print(f"screenshots in {tmp_path}")
+
+
+@pytest.mark.parametrize("answer", ["Approve", "Reject"])
+def test_a_rehearsal_asks_for_approval_and_the_answer_given_through_the_rest_api_changes_nothing(
+        embedded: tuple[Path, config.MirrorConfig, list[str]], answer: str) -> None:
+    _, cfg, _ = embedded
+    before = lifecycle.requested(cfg, cfg.flow(FLOW))
+    code, run = local_airflow.api("POST", "/api/v2/dags/mirrorflow_failover/dagRuns",
+                                  {"logical_date": None, "conf": {"rehearse_approval": True}})
+    assert code == 200, run
+    path = f"/api/v2/dags/mirrorflow_failover/dagRuns/{quote(run['dag_run_id'], safe='')}"
+    asked: dict[str, object] = {}
+
+    def waiting() -> bool:
+        code, detail = local_airflow.api("GET", f"{path}/taskInstances/approval/-1/hitlDetails")
+        asked.update(detail or {})
+        return code == 200
+    wait_for(waiting, 180, "the approval step to wait for an answer")
+    assert asked["options"] == ["Approve", "Reject"] and "Rehearsal" in str(asked["body"]), asked
+    code, _ = local_airflow.api("PATCH", f"{path}/taskInstances/approval/-1/hitlDetails",
+                                {"chosen_options": [answer]})
+    assert code == 200
+    wait_for(lambda: local_airflow.api("GET", path)[1]["state"] in ("success", "failed"), 180, "the run to end")
+    _, tis = local_airflow.api("GET", f"{path}/taskInstances")
+    states = {t["task_id"]: t["state"] for t in tis["task_instances"]}
+    assert local_airflow.api("GET", path)[1]["state"] == "success", states
+    code, page = _get(f"/mirrorflow/runs/mirrorflow_failover/{quote(run['dag_run_id'], safe='')}",
+                      local_airflow.token())
+    assert code == 200
+    if answer == "Approve":
+        assert states["report"] == "success" and "approved in Airflow (a rehearsal" in page, page
+    else:
+        assert states["drain"] == states["report"] == "skipped", states
+        assert "Rejected at the approval step: nothing changed." in page, page
+    assert lifecycle.requested(cfg, cfg.flow(FLOW)) == before
+    assert lifecycle.requested(cfg, cfg.flow(REVERSE)).state == lifecycle.STOPPED
+
+
+def test_the_scheduler_restarts_a_killed_stream_within_two_minutes(
+        embedded: tuple[Path, config.MirrorConfig, list[str]]) -> None:
+    _, cfg, cli = embedded
+    password = json.loads((local_airflow.home() / "passwords.json").read_text())["admin"]
     status = metrics.status_file(cfg.flow(FLOW))
     wait_for(lambda: (metrics.read_status(status) or {}).get("state") == "running", 120, "the stream's status")
     dead = _lease_members(cfg)
@@ -74,7 +207,10 @@ def test_the_embedded_airflow_runs_the_flow_and_its_scheduler_restarts_a_killed_
     again = subprocess.run([*cli, "airflow", "up"], capture_output=True, text=True, timeout=120)
     assert "password in" in again.stdout and password not in again.stdout + again.stderr
 
-    # `airflow down` leaves no process of the standalone's session, task workers included.
+
+def test_airflow_down_leaves_no_process_of_the_standalone_session(
+        embedded: tuple[Path, config.MirrorConfig, list[str]]) -> None:
+    _, _, cli = embedded
     session = local_airflow.status().pid
     assert session is not None and local_airflow.session_processes(session)
     subprocess.run([*cli, "stop", "--flow", FLOW, "--timeout", "90"], capture_output=True, timeout=120)

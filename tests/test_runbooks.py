@@ -58,6 +58,8 @@ checkpoints.topic.replication.factor = 1
 heartbeats.topic.replication.factor = 1
 emit.checkpoints.interval.seconds = 5
 refresh.topics.interval.seconds = 10
+mirrorflow.stream.watch.seconds = 20
+mirrorflow.stream.watch.poll.seconds = 5
 {extra}"""
 
 

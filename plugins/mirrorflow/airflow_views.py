@@ -113,15 +113,19 @@ def markdown_html(text: str) -> str:
     return str(MarkdownIt("js-default").render(text))  # js-default: tables on, raw HTML off
 
 
-def report_markdown(found: Mapping[tuple[str, str], Any]) -> str | None:
-    """The run's report as markdown, from its XComs keyed (task, key); None when the run left none."""
+def report_markdown(found: Mapping[tuple[str, str], Any], states: Mapping[str, str] | None = None) -> str | None:
+    """The run's report as markdown, from its XComs keyed (task, key) and its task states; None when the run left
+    none."""
+    states = states or {}
     for task, key in REPORTS:
         value = found.get((task, key))
         if not isinstance(value, Mapping):
             continue
         if task == "preflight":
-            return ("**The runbook stopped before its report** (see the failed task's log). Its preflight "
-                    "summary:\n\n" + str(value.get("markdown", "")))
+            why = ("**Rejected at the approval step: nothing changed.**"
+                   if states.get("approval") == "success" and states.get("drain") == "skipped" else
+                   "**The runbook stopped before its report** (see the failed task's log).")
+            return f"{why} Its preflight summary:\n\n" + str(value.get("markdown", ""))
         if "markdown" in value:
             return str(value["markdown"])
         if "summary" in value:
@@ -157,6 +161,16 @@ def run_xcoms(dag_id: str, run_id: str) -> dict[tuple[str, str], Any]:
         return {(r.task_id, r.key): XComModel.deserialize_value(r) for r in rows}
 
 
+def run_states(dag_id: str, run_id: str) -> dict[str, str]:
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        rows = session.query(TaskInstance.task_id, TaskInstance.state).filter(
+            TaskInstance.dag_id == dag_id, TaskInstance.run_id == run_id, TaskInstance.map_index == -1).all()
+        return {task: str(state) for task, state in rows}
+
+
 def create_app() -> Any:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag, requires_authenticated
@@ -177,7 +191,7 @@ def create_app() -> Any:
     @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse,
              dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
     def run_report(dag_id: str, run_id: str) -> str:
-        text = report_markdown(run_xcoms(dag_id, run_id))
+        text = report_markdown(run_xcoms(dag_id, run_id), run_states(dag_id, run_id))
         if text is None:
             body = ("<p class='muted'>No mirrorflow report for this run (yet): runbooks, audits, backfills and "
                     "control actions leave one when their last step ends.</p>")

@@ -81,6 +81,11 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("mirrorflow.data-loss.fail.topics", "regex-list", ""),
     # How long one Airflow checkpoint task runs rounds with the same readers (the DAG runs that often).
     Key("mirrorflow.checkpoints.task.seconds", "int", "600"),
+    # How long a stream DAG run waits (deferred, in Airflow's triggerer) for its flow to need launching before it
+    # ends; the run after it starts within 30 s. So an idle flow makes one run per this many seconds, and a dead
+    # stream is launched again within one poll (`.poll.seconds`) of the next run.
+    Key("mirrorflow.stream.watch.seconds", "int", "600"),
+    Key("mirrorflow.stream.watch.poll.seconds", "int", "15"),
     # Where the flow's stream serves Prometheus /metrics and JSON /status, however it is launched (Airflow,
     # spark-submit, the CLI; `stream --metrics-port/--metrics-host` win); no port: no endpoint.
     Key("mirrorflow.metrics.port", "port", ""),

@@ -115,11 +115,18 @@ def up(project: Path, config_path: Path) -> AirflowState:
     return AirflowState(state.running, state.pid, state.url, state.home, created)
 
 
+def token() -> str:
+    """A JWT for the admin user, as `POST /auth/token` issues it."""
+    password = json.loads(_passwords_file().read_text())[USER]
+    status, reply = _call("POST", "/auth/token", {"username": USER, "password": password})
+    if status not in (200, 201) or not reply:
+        raise OperationalError(f"Airflow refused a token for {USER} (HTTP {status})")
+    return str(reply["access_token"])
+
+
 def api(method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, Any]:
     """One call to the embedded Airflow's REST API as the admin user: (HTTP status, JSON reply or None)."""
-    password = json.loads(_passwords_file().read_text())[USER]
-    token = _call("POST", "/auth/token", {"username": USER, "password": password})[1]["access_token"]
-    return _call(method, path, body, token)
+    return _call(method, path, body, token())
 
 
 def _call(method: str, path: str, body: Mapping[str, Any] | None = None, token: str | None = None

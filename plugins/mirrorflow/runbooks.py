@@ -378,8 +378,10 @@ def report(pre: Mapping[str, Any], drained: Mapping[str, Any] | None, moved: Map
         age = pre["checkpoint_age_s"]
         lines.append(f"- offsets: the newest checkpoints on {rb.target}" + ("" if age is None else f", {age} s old"))
     lines += [f"- flows: {line}" for line in (switched or {}).get("flows", [])]
-    lines += ["", f"| group | source partition | source offset | {rb.target} partition | {rb.target} offset | exact |",
-              "|---|---|---:|---|---:|---|"]
+    lines += [f"- note: {n}" for n in pre.get("notices", [])]
+    if groups:
+        lines += ["", f"| group | source partition | source offset | {rb.target} partition | {rb.target} offset | "
+                      "exact |", "|---|---|---:|---|---:|---|"]
     for g in groups:
         for p in g["partitions"]:
             exact = "yes" if p["exact"] else f"no ({p['note']})"

@@ -83,19 +83,6 @@ def sync(config_path: Path, flow_name: str, part: str) -> dict[str, Any]:
 
 # -- stream lifecycle -------------------------------------------------------------------------------
 
-def stream_launch(config_path: Path, flow_name: str) -> str:
-    """The Spark Kafka connector's jars (comma separated) when the flow's stream should be launched now, else ''."""
-    from mirrorflow import lifecycle, spark_session
-
-    cfg = _load(config_path)
-    flow = cfg.flow(flow_name)
-    launch, why = lifecycle.launch_decision(cfg, flow)
-    log.info("%s", why)
-    if not launch:
-        return ""
-    return ",".join(str(j) for j in spark_session.kafka_jars())
-
-
 def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict[str, Any]:
     """health, start, stop or restart a flow's stream; health fails when a flow that should run does not."""
     from mirrorflow import lifecycle

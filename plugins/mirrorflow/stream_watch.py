@@ -1,0 +1,98 @@
+"""The stream DAG's first step: launch the flow's stream now, or wait in Airflow's triggerer until it must be.
+
+A run whose flow is stopped, or already running elsewhere, used to end at once, and the next one came 30 s later:
+two task runs a minute per flow for nothing. `StreamLaunchCheck` instead defers to `FlowLaunchTrigger`, which
+looks every `mirrorflow.stream.watch.poll.seconds` (no worker slot held meanwhile) and fires as soon as the flow is
+requested running and no instance holds its lease, or after `mirrorflow.stream.watch.seconds` (the run then ends
+skipped, with the reason in its log). The decision itself is `lifecycle.launch_decision`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from mirrorflow import clients, deployment, lifecycle
+
+
+def launch_decision(config_path: Path, flow_name: str) -> tuple[bool, str]:
+    clients.quiet()
+    cfg = deployment.load(config_path)
+    return lifecycle.launch_decision(cfg, cfg.flow(flow_name))
+
+
+def watch_seconds(config_path: Path, flow_name: str) -> tuple[int, int]:
+    """(how long a run waits, how often it looks), from the flow's config."""
+    flow = deployment.load(config_path).flow(flow_name)
+    return flow.number("mirrorflow.stream.watch.seconds"), flow.number("mirrorflow.stream.watch.poll.seconds")
+
+
+def _event(payload: dict[str, Any]) -> TriggerEvent:
+    return TriggerEvent(payload)  # type: ignore[no-untyped-call]
+
+
+class FlowLaunchTrigger(BaseTrigger):
+    """Fires {"launch": bool, "why": str} when the flow must be launched, or when `wait_s` has passed."""
+
+    def __init__(self, config_path: str, flow_name: str, wait_s: float, poll_s: float) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.config_path, self.flow_name, self.wait_s, self.poll_s = config_path, flow_name, wait_s, poll_s
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{__name__}.FlowLaunchTrigger", {"config_path": self.config_path, "flow_name": self.flow_name,
+                                                  "wait_s": self.wait_s, "poll_s": self.poll_s})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                launch, why = await asyncio.to_thread(launch_decision, Path(self.config_path), self.flow_name)
+            except Exception as exc:  # the task, not the triggerer, reports it
+                yield _event({"launch": False, "why": f"cannot decide: {exc}", "error": True})
+                return
+            if launch or time.monotonic() + self.poll_s > deadline:
+                yield _event({"launch": launch, "why": why})
+                return
+            await asyncio.sleep(self.poll_s)
+
+
+class StreamLaunchCheck(BaseOperator):
+    """Returns the Spark Kafka connector's jars (comma separated) when the stream must be launched; else waits
+    deferred, and ends skipped (so `mirror` is skipped) if it need not be."""
+
+    def __init__(self, *, config_path: Path, flow_name: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.config_path, self.flow_name = config_path, flow_name
+
+    def execute(self, context: Any) -> str:
+        launch, why = launch_decision(self.config_path, self.flow_name)
+        self.log.info("%s", why)
+        if launch:
+            return self._jars()
+        wait_s, poll_s = watch_seconds(self.config_path, self.flow_name)
+        self.defer(trigger=FlowLaunchTrigger(str(self.config_path), self.flow_name, wait_s, poll_s),
+                   method_name="execute_complete")
+        raise AssertionError("defer raises")  # pragma: no cover
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
+        self.log.info("%s", event["why"])
+        if event.get("error"):
+            from mirrorflow.errors import OperationalError
+
+            raise OperationalError(f"flow {self.flow_name}: {event['why']}")
+        if not event["launch"]:
+            raise AirflowSkipException(event["why"])
+        return self._jars()
+
+    @staticmethod
+    def _jars() -> str:
+        from mirrorflow import spark_session
+
+        return ",".join(str(j) for j in spark_session.kafka_jars())
