@@ -29,9 +29,11 @@ demo: setup
 	$(BIN)/mirrorflow airflow up
 	@echo "waiting for the scheduler to launch the primary->backup stream (mirrorflow_stream__primary_to_backup)"
 	$(BIN)/mirrorflow start --flow "primary->backup" --reason "make demo" --wait 300
+	$(BIN)/mirrorflow traffic start
 	$(BIN)/mirrorflow health
-	@echo "Look at: the Airflow UI above (DAGs tagged mirrorflow; runbooks mirrorflow_failover, mirrorflow_failback),"
-	@echo "         .venv/bin/mirrorflow status | health | topology;  stop everything with: make stop"
+	@echo "Look at: the Airflow UI above: Browse -> mirrorflow flows; then trigger mirrorflow_failover as it comes (a dry run)"
+	@echo "         and read its 'mirrorflow report' tab (README: A first tour). Terminal: .venv/bin/mirrorflow status | health | topology"
+	@echo "         Stop everything with: make stop"
 
 lint: setup
 	$(BIN)/ruff check plugins tests dags spark_jobs
@@ -67,6 +69,8 @@ bench-eos: setup
 	$(BIN)/python tests/benchmark_eos.py
 
 stop:
+	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow traffic stop
+	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow traffic stop --cluster backup
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow stop --flow "primary->backup" --reason "make stop" --timeout 90
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow airflow down
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow local down

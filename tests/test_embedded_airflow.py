@@ -20,7 +20,7 @@ from urllib.parse import quote
 import pytest
 from conftest import PORTS
 from mirrorflow import clients, config, flow_lease, lifecycle, local_airflow, metrics
-from streams import wait_for
+from streams import create_topic, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 PORT = "25080"
@@ -73,6 +73,7 @@ def _lease_members(cfg: config.MirrorConfig) -> set[str]:
 def test_the_embedded_airflow_launches_the_flow_and_shows_it_on_the_flows_page_behind_its_login(
         embedded: tuple[Path, config.MirrorConfig, list[str]]) -> None:
     _, cfg, cli = embedded
+    create_topic(f"127.0.0.1:{PORTS['alpha']}", "emb.orders", 2)
     for args in (["stop", "--flow", REVERSE, "--reason", "standby"], ["start", "--flow", FLOW]):
         done = subprocess.run([*cli, *args], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
@@ -88,6 +89,19 @@ def test_the_embedded_airflow_launches_the_flow_and_shows_it_on_the_flows_page_b
     # The Spark master is a connection in Airflow's database, where Admin -> Connections shows it.
     found, connection = local_airflow.api("GET", "/api/v2/connections/mirrorflow_spark")
     assert found == 200 and connection["host"] == "local[*]"
+
+    # status and health agree on a stream Airflow launched, and status lists only partitions the flow mirrors.
+    def views() -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+        status = subprocess.run([*cli, "status", "--flow", FLOW, "--json"], capture_output=True, text=True, timeout=60)
+        health = subprocess.run([*cli, "health", "--flow", FLOW, "--json"], capture_output=True, text=True, timeout=60)
+        assert status.returncode == health.returncode == 0, status.stderr + health.stderr
+        return json.loads(status.stdout), json.loads(health.stdout)
+    wait_for(lambda: views()[0][0].get("state") == "running" and len(views()[0][0].get("partitions", [])) >= 2,
+             120, "the stream's status")
+    [status], [health] = views()
+    assert status["clusters"]["alive"] is health["alive"] is True
+    topics = {p["topic"] for p in status["partitions"]}
+    assert "emb.orders" in topics and topics <= {"emb.orders", "heartbeats"}, topics
 
     assert _get("/mirrorflow/flows")[0] == 401  # behind Airflow's login, like its own API
     code, page = _get("/mirrorflow/flows", local_airflow.token())

@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -74,6 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
     for action, text in (("up", "start it in the background and wait until its API answers"),
                          ("down", "stop it and every task it runs"), ("status", "show it")):
         asub.add_parser(action, help=text).set_defaults(run=cmd_airflow)
+
+    p = sub.add_parser("traffic", help="sample traffic for the demo: a producer (a few records/s) and a consumer "
+                       "group reading the topic and its remote copies, in the background")
+    p.add_argument("action", choices=("start", "stop", "status"))
+    p.add_argument("--cluster", metavar="ALIAS", help="where (default: the first enabled flow's source)")
+    p.add_argument("--topic", default="orders", help="the topic written (created with 3 partitions if missing)")
+    p.add_argument("--group", default="orders-app", help="the consumer group reading it")
+    p.add_argument("--rate", type=float, default=5.0, metavar="N", help="records per second (default 5)")
+    _add_json(p)
+    p.set_defaults(run=cmd_traffic)
 
     p = sub.add_parser("mm1", help="map MirrorMaker 1 / Go mirror maker flags onto an MM2 config")
     p.add_argument("--consumer.config", dest="consumer_configs", action="append", default=[], metavar="FILE",
@@ -366,6 +377,26 @@ def cmd_airflow(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_traffic(args: argparse.Namespace) -> int:
+    from mirrorflow import sample_traffic
+
+    cfg = load_config(args)
+    cluster = args.cluster or (cfg.enabled_flows[0].source if cfg.enabled_flows else next(iter(cfg.clusters)))
+    cfg.cluster(cluster)  # an unknown alias fails here, in one line
+    if args.action == "start":
+        state: sample_traffic.Traffic | None = sample_traffic.start(
+            cfg, Path(_config_path(args)).resolve(), cluster, args.topic, args.group, args.rate)
+    elif args.action == "stop":
+        state = sample_traffic.stop(cluster)
+    else:
+        state = sample_traffic.read(cluster)
+    if state is None:
+        _print({"cluster": cluster, "running": False}, args.json, f"traffic on {cluster}: never started")
+        return 0
+    _print(sample_traffic.as_dict(state), args.json, state.line())
+    return 0
+
+
 def cmd_mm1(args: argparse.Namespace) -> int:
     flags = legacy.LegacyFlags(args.consumer_configs, args.producer_config, args.whitelist, args.blacklist,
                                args.prefix, args.num_streams, args.preserve_partitions, args.preserve_order)
@@ -396,21 +427,27 @@ def cmd_stream(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from mirrorflow import metrics
+    from mirrorflow import lifecycle, metrics
 
     cfg = load_config(args)
     flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
     out, lines = [], []
     for flow in flows:
+        # Running or not, and the lag, as the clusters say (what `health` says, wherever the driver runs); the
+        # throughput and latency figures only the driver has, from its status file on this host.
+        found = lifecycle.health(cfg, flow)
+        lines.append(found.line())
         snap = metrics.read_status(metrics.status_file(flow))
         checkpoints = metrics.read_status(metrics.checkpoint_status_file(flow))
         if snap is None:
-            snap = {"flow": flow.name, "state": "never run"}
-            lines.append(f"flow {flow.name}: stream never run")
+            snap = {"flow": flow.name, "state": "running elsewhere" if found.alive else "never run here"}
+            lines.append(f"  driver figures: none on this host ({socket.gethostname()})" + (
+                f"; the driver on {', '.join(found.holders)} keeps them (its metrics endpoint serves them)"
+                if found.alive else ""))
         else:
             age = max(time.time() - snap["updated"], 0)
-            lines.append(metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
-            lines.extend(f"  {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
+            lines.append("  driver: " + metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
+            lines.extend(f"    {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
                          f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"
                          + (f", {p['refused-count']} refused (they came from the topic they would go to)"
                             if p.get("refused-count") else "")
@@ -422,6 +459,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if checkpoints is not None:
             snap["checkpoints"] = checkpoints
             lines.append("  " + metrics.checkpoint_line(checkpoints))
+        snap["clusters"] = found.as_dict()
         out.append(snap)
     _print(out, args.json, "\n".join(lines))
     return 0

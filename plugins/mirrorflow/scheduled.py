@@ -1,23 +1,38 @@
 """The deployment's scheduled work, as the functions the Airflow tasks call.
 
 Each loads the config, does one thing for one flow, logs one line per change or group, and returns a
-JSON-able summary (the task's XCom). A failure raises a MirrorflowError whose message is the one line the
-task log ends with.
+JSON-able summary (the task's XCom). An expected failure raises a MirrorflowError whose message is logged as
+one ERROR line before Airflow prints the exception and its traceback, so the cause is the first thing the
+person on call reads.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mirrorflow import admin_sync, checkpoints, clients, config, deployment, runbooks
-from mirrorflow.errors import OperationalError
+from mirrorflow.errors import MirrorflowError, OperationalError
 
 log = logging.getLogger("mirrorflow")
+_Result = TypeVar("_Result")
+
+
+def said_first(task: Callable[..., _Result]) -> Callable[..., _Result]:
+    """Log an expected failure's one-line cause before the exception leaves the task."""
+    @functools.wraps(task)
+    def run(*args: Any, **kwargs: Any) -> _Result:
+        try:
+            return task(*args, **kwargs)
+        except MirrorflowError as exc:
+            log.error("%s", exc)
+            raise
+    return run
 
 
 def _load(config_path: Path) -> config.MirrorConfig:
@@ -25,6 +40,7 @@ def _load(config_path: Path) -> config.MirrorConfig:
     return deployment.load(config_path)
 
 
+@said_first
 def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
     """Checkpoint rounds every `emit.checkpoints.interval.seconds` for `mirrorflow.checkpoints.task.seconds` (at
     least one): one reader of the offset syncs and checkpoints for all of them, reading only what is new."""
@@ -55,6 +71,7 @@ def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
         rounds.close()
 
 
+@said_first
 def plan(config_path: Path, flow_name: str) -> dict[str, Any]:
     """Log the flow's drift plan, one line per change or notice."""
     cfg = _load(config_path)
@@ -67,6 +84,7 @@ def plan(config_path: Path, flow_name: str) -> dict[str, Any]:
     return {"flow": flow.name, "planned": [str(c) for c in changes]}
 
 
+@said_first
 def sync(config_path: Path, flow_name: str, part: str) -> dict[str, Any]:
     """Apply one part (topics, configs or acls) of the flow's metadata sync; log every change made."""
     cfg = _load(config_path)
@@ -83,6 +101,7 @@ def sync(config_path: Path, flow_name: str, part: str) -> dict[str, Any]:
 
 # -- stream lifecycle -------------------------------------------------------------------------------
 
+@said_first
 def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict[str, Any]:
     """health, start, stop or restart a flow's stream; health fails when a flow that should run does not."""
     from mirrorflow import lifecycle
@@ -111,6 +130,7 @@ def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict
 
 # -- batch: audit and backfill ---------------------------------------------------------------------
 
+@said_first
 def audit_window(config_path: Path, flow_name: str, start: datetime, end: datetime, master: str) -> dict[str, Any]:
     """Audit the flow's records with timestamps in [start, end): the report, complete or not (`require_complete`)."""
     from mirrorflow import audit, ranges
@@ -122,11 +142,13 @@ def audit_window(config_path: Path, flow_name: str, start: datetime, end: dateti
     return report.as_dict()
 
 
+@said_first
 def require_complete(report: Mapping[str, Any]) -> None:
     if not report["complete"]:
         raise OperationalError(report["summary"])
 
 
+@said_first
 def backfill(config_path: Path, params: Mapping[str, Any], master: str) -> dict[str, Any]:
     """The backfill a trigger form asked for: flow, from_offsets (JSON) or from_time, to_time, topics, pause."""
     from mirrorflow import backfill as job
@@ -169,6 +191,7 @@ def runbook_approval_note(params: Mapping[str, Any]) -> str:
     return "approved in Airflow" + (" (a rehearsal: the run was a dry run)" if params.get("dry_run") else "")
 
 
+@said_first
 def runbook_preflight(config_path: Path, kind: str, params: Mapping[str, Any]) -> dict[str, Any]:
     summary = runbooks.preflight(_load(config_path), runbook_of(kind, params))
     log.info("\n%s", summary["markdown"])
@@ -178,14 +201,17 @@ def runbook_preflight(config_path: Path, kind: str, params: Mapping[str, Any]) -
     return summary
 
 
+@said_first
 def runbook_drain(config_path: Path, pre: Mapping[str, Any]) -> dict[str, Any]:
     return runbooks.drain(_load(config_path), runbooks.Runbook.from_dict(pre["runbook"]))
 
 
+@said_first
 def runbook_move_groups(config_path: Path, pre: Mapping[str, Any]) -> dict[str, Any]:
     return runbooks.move_groups(_load(config_path), runbooks.Runbook.from_dict(pre["runbook"]), pre["groups"])
 
 
+@said_first
 def runbook_switch_flows(config_path: Path, pre: Mapping[str, Any]) -> dict[str, Any]:
     return runbooks.switch_flows(_load(config_path), runbooks.Runbook.from_dict(pre["runbook"]))
 

@@ -773,7 +773,8 @@ class _Driver:
                             "one is counted as refused (status, metrics, audit)", self.flow.name, r["topic"],
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
-        self.metrics.observe(rows)
+        # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
+        self.metrics.observe([r for r in rows if selection.replicates(self.flow, r["topic"])])
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
 

@@ -1,0 +1,31 @@
+"""What a task's log says first when a scheduled task fails for an expected reason."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from mirrorflow import scheduled
+from mirrorflow.errors import ConfigError
+
+
+def test_an_expected_failure_is_logged_as_its_one_line_cause_before_the_exception_leaves_the_task(
+        caplog: pytest.LogCaptureFixture) -> None:
+    @scheduled.said_first
+    def preflight() -> None:
+        raise ConfigError("failover a->b: groups regex 'x-.*' matches none of a's groups (none)")
+
+    with caplog.at_level(logging.ERROR, logger="mirrorflow"), pytest.raises(ConfigError):
+        preflight()
+    assert [r.getMessage() for r in caplog.records] == [
+        "failover a->b: groups regex 'x-.*' matches none of a's groups (none)"]
+    assert caplog.records[0].exc_info is None  # one line: the traceback is Airflow's, below it
+
+
+def test_an_unexpected_failure_is_left_to_airflow_whole() -> None:
+    @scheduled.said_first
+    def broken() -> None:
+        raise KeyError("a bug")
+
+    with pytest.raises(KeyError):
+        broken()
