@@ -21,6 +21,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 from mirrorflow import deployment, scheduled
@@ -39,8 +40,11 @@ def audit_dag(flow: Flow) -> DAG:
         @task(task_id="audit", execution_timeout=timedelta(hours=2))
         def audit() -> dict[str, Any]:
             context = get_current_context()
-            report = scheduled.audit_window(CONFIG, flow.name, context["data_interval_start"],
-                                            context["data_interval_end"], deployment.spark_master())
+            start, end = context.get("data_interval_start"), context.get("data_interval_end")
+            if start is None or end is None:  # triggered without a logical date: the window that closed last
+                window = windows.infer_manual_data_interval(run_after=pendulum.instance(context["dag_run"].run_after))
+                start, end = window.start, window.end
+            report = scheduled.audit_window(CONFIG, flow.name, start, end, deployment.spark_master())
             context["ti"].xcom_push(key="report", value=report)
             scheduled.require_complete(report)
             return report

@@ -100,3 +100,15 @@ def test_adding_many_values_at_once_equals_adding_them_one_by_one(a: list[int], 
     at_once.add_many([*a, *(-v for v in b)])
     assert (at_once.count, at_once.total, at_once.minimum, at_once.maximum, at_once.buckets) == (
         one_by_one.count, one_by_one.total, one_by_one.minimum, one_by_one.maximum, one_by_one.buckets)
+
+
+def test_a_progress_line_is_due_when_the_stream_changes_state_not_when_records_keep_flowing() -> None:
+    fm = metrics.FlowMetrics("a->b", "a", "b")
+    fm.set_state("running")
+    quiet = metrics.progress_shape(fm.snapshot())
+    fm.observe([{"topic": "t", "partition": 0, "records": 10, "bytes": 100, "skipped": 0, "refused": 0,
+                 "upstream_next": 10, "last_timestamp": 1, "latency_sum": 50, "latency_min": 5, "latency_max": 5,
+                 "latency_buckets": [0] * (len(BOUNDS_MS) + 1), "age_sum": 10, "age_min": 1, "age_max": 1}])
+    assert metrics.progress_shape(fm.snapshot()) == quiet  # more records, same state: no line of its own
+    fm.set_state("stopped")
+    assert metrics.progress_shape(fm.snapshot()) != quiet

@@ -417,6 +417,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     from mirrorflow import stream
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per call into the JVM: thousands an hour
     cfg = load_config(args)
     options = stream.StreamOptions(
         master=args.master, checkpoint=Path(args.checkpoint) if args.checkpoint else None,

@@ -291,6 +291,18 @@ def progress_line(s: Mapping[str, Any]) -> str:
             + _stuck_text(s.get("stuck-partitions", ())))
 
 
+LAGGING_S = 60.0  # a flow this far behind is worth a log line of its own
+
+
+def progress_shape(s: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a progress line must be logged for when it changes (the stream logs it at least every 5 minutes
+    otherwise): state, falling behind or catching up, held topics, stuck partitions, refused and lost counts."""
+    return (s["state"], s["replication-lag-seconds"] >= LAGGING_S,
+            tuple(h["topic"] for h in s.get("held-topics", ())),
+            tuple((x["topic"], x["partition"]) for x in s.get("stuck-partitions", ())),
+            s.get("refused-count", 0), s.get("lost-count", 0))
+
+
 _STUCK_NAMED = 3  # stuck partitions a progress line names; `status` lists every one
 
 

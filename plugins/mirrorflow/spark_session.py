@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from mirrorflow import local, maven
+from mirrorflow import local, maven, spark_logs
 from mirrorflow.config import Cluster
 
 # Options Spark's Kafka source refuses or owns; a cluster's consumer settings pass on without them.
@@ -59,8 +59,10 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") ->
                    .config("spark.jars", ",".join(str(j) for j in kafka_jars()))
                    .config("spark.driver.memory", driver_memory)
                    .config("spark.ui.enabled", "false"))
+        builder = builder.config("spark.driver.extraJavaOptions", spark_logs.LOG4J_OPTION)
         if master.startswith("local"):  # workers run this interpreter, so they can fork from a warm daemon
             builder = builder.config("spark.python.daemon.module", "mirrorflow.spark_daemon")
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning per job on a loopback hostname
     spark = (builder
              .config("spark.ui.showConsoleProgress", "false")
              .config("spark.sql.shuffle.partitions", "2")

@@ -103,7 +103,8 @@ class StreamOptions:
     metrics_host: str | None = None  # None: the flow's mirrorflow.metrics.host
     max_records_per_batch: int = 100_000
     trigger_ms: int = 100
-    log_interval_s: float = 10.0
+    log_interval_s: float = 10.0  # the status file's period
+    quiet_log_interval_s: float = 300.0  # a progress line at least this often; sooner when its state changes
     driver_memory: str = "1g"
 
 
@@ -568,7 +569,8 @@ class _Driver:
 
     def _watch(self, query: Any) -> str | None:
         """Wait until the query fails (its error) or a stop is requested (None)."""
-        last_log = time.monotonic()
+        last_status = last_log = time.monotonic()
+        logged: tuple[Any, ...] | None = None
         while not self.stop_requested.is_set():
             if self.lease is not None and not self.lease.keep():
                 self._stop(query)
@@ -591,12 +593,15 @@ class _Driver:
                 exc = query.exception()
                 return str(exc) if exc is not None else "the query stopped"
             self._observe_progress(query)
-            if time.monotonic() - last_log >= self.options.log_interval_s:
-                last_log = time.monotonic()
+            if time.monotonic() - last_status >= self.options.log_interval_s:
+                last_status = time.monotonic()
                 snapshot = self.metrics.snapshot()
-                log.info(metrics.progress_line(snapshot))
-                self._log_batch_timing(query)
                 metrics.write_status(metrics.status_file(self.flow), snapshot)
+                shape = metrics.progress_shape(snapshot)
+                if shape != logged or time.monotonic() - last_log >= self.options.quiet_log_interval_s:
+                    logged, last_log = shape, time.monotonic()
+                    log.info(metrics.progress_line(snapshot))
+                    self._log_batch_timing(query)
             time.sleep(0.5)
         self.clean_stop = self._stop(query)
         self.metrics.set_state("stopped")

@@ -1,0 +1,7 @@
+"""Spark's JVM log settings for mirrorflow's jobs: warnings and errors only, none of the start-up notices a healthy
+job prints (Airflow shows every stderr line of a task as a red error). Light to import: DAG files use it."""
+
+from pathlib import Path
+
+LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
+LOG4J_OPTION = f"-Dlog4j2.configurationFile=file:{LOG4J_CONFIG}"
