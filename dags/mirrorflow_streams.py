@@ -11,6 +11,10 @@ mode the `mirror` task lasts as long as the stream: when the stream dies, the ru
 at most 30 seconds later, starts it again at once. Two instances can never write at once: the second finds the
 lease held and exits (exactly-once mode also fences the first's producers).
 
+`mirrorflow_health__A_to_B` runs every `mirrorflow.health.interval.seconds` (600) and fails, so Airflow's failure
+alerts reach someone, when the flow is requested running but has had no stream for
+`mirrorflow.health.grace.seconds` (90), or is more than `mirrorflow.health.lag.max.seconds` (300) behind.
+
 `mirrorflow_control__A_to_B` is triggered by hand: `health` (fails if the flow should run and does not),
 `stop` (the running micro-batch finishes and its progress is committed; supervisors leave the flow stopped),
 `start`, or `restart`.
@@ -79,6 +83,21 @@ def control_dag(flow: Flow) -> DAG:
     return dag
 
 
+def health_dag(flow: Flow) -> DAG:
+    with DAG(dag_id=deployment.dag_id("health", flow),
+             schedule=timedelta(seconds=flow.number("mirrorflow.health.interval.seconds")),
+             start_date=deployment.START, catchup=False, max_active_runs=1, doc_md=__doc__,
+             default_args=deployment.TASK_DEFAULTS, tags=["mirrorflow", "health", flow.source, flow.target]) as dag:
+
+        @task(task_id="check", execution_timeout=timedelta(minutes=10))
+        def check() -> dict[str, object]:
+            return scheduled.health_check(CONFIG, flow.name)
+
+        check()
+    return dag
+
+
 for _flow in deployment.flows(CONFIG):
     globals()[deployment.dag_id("stream", _flow)] = stream_dag(_flow)
     globals()[deployment.dag_id("control", _flow)] = control_dag(_flow)
+    globals()[deployment.dag_id("health", _flow)] = health_dag(_flow)

@@ -41,7 +41,8 @@ def test_every_dag_has_docs_tags_an_owner_and_sane_retries(airflow_home: Path, c
     with deployment(clusters_file) as bag:
         pass
     assert {"mirrorflow_failover", "mirrorflow_failback", "mirrorflow_stream__alpha_to_beta",
-            "mirrorflow_control__alpha_to_beta"} <= set(bag.dags)
+            "mirrorflow_control__alpha_to_beta", "mirrorflow_health__alpha_to_beta"} <= set(bag.dags)
+    assert bag.dags["mirrorflow_health__alpha_to_beta"].schedule == timedelta(seconds=600)
     for dag_id, dag in bag.dags.items():
         assert dag.doc_md and len(dag.doc_md) > 200, dag_id
         assert "mirrorflow" in dag.tags, dag_id

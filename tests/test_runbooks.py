@@ -60,6 +60,7 @@ emit.checkpoints.interval.seconds = 5
 refresh.topics.interval.seconds = 10
 mirrorflow.stream.watch.seconds = 20
 mirrorflow.stream.watch.poll.seconds = 5
+mirrorflow.health.grace.seconds = 5
 {extra}"""
 
 
@@ -316,12 +317,17 @@ def test_failback_brings_home_what_was_produced_on_the_backup_and_the_group_resu
     assert lifecycle.requested(dr.cfg, dr.cfg.flow("primary->backup")).state == lifecycle.RUNNING
 
 
-def test_the_control_dag_reports_health_and_fails_when_a_flow_requested_running_has_no_stream(
+def test_the_control_and_health_dags_fail_when_a_flow_requested_running_has_no_stream(
         dr: Deployment) -> None:
     state, tasks, _ = _run_dag(dr, "mirrorflow_control__backup_to_primary", {"action": "health"})
     assert state == "success"  # stopped by the failback, as requested
     state, tasks, _ = _run_dag(dr, "mirrorflow_control__primary_to_backup", {"action": "health"})
     assert state == "failed" and tasks["act"] == "failed"  # requested running by the failback, not launched here
+    # The scheduled check says the same with no one clicking: Airflow's failure alerts fire.
+    state, tasks, _ = _run_dag(dr, "mirrorflow_health__primary_to_backup", {})
+    assert state == "failed" and tasks["check"] == "failed"
+    state, tasks, _ = _run_dag(dr, "mirrorflow_health__backup_to_primary", {})
+    assert state == "success"  # stopped as requested: healthy
 
 
 # -- unplanned failover -------------------------------------------------------------------------------

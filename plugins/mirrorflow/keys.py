@@ -86,6 +86,12 @@ FLOW_KEYS: tuple[Key, ...] = (
     # stream is launched again within one poll (`.poll.seconds`) of the next run.
     Key("mirrorflow.stream.watch.seconds", "int", "600"),
     Key("mirrorflow.stream.watch.poll.seconds", "int", "15"),
+    # The scheduled health check (DAG mirrorflow_health__A_to_B, every `.interval.seconds`) fails, so that
+    # Airflow's failure alerts fire, when a flow requested running has had no stream for `.grace.seconds` (its
+    # stream DAG relaunches a dead one within a minute) or is more than `.lag.max.seconds` behind.
+    Key("mirrorflow.health.interval.seconds", "int", "600"),
+    Key("mirrorflow.health.grace.seconds", "int", "90"),
+    Key("mirrorflow.health.lag.max.seconds", "int", "300"),
     # Where the flow's stream serves Prometheus /metrics and JSON /status, however it is launched (Airflow,
     # spark-submit, the CLI; `stream --metrics-port/--metrics-host` win); no port: no endpoint.
     Key("mirrorflow.metrics.port", "port", ""),

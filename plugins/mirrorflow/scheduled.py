@@ -128,6 +128,38 @@ def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict
     return found.as_dict()
 
 
+@said_first
+def health_check(config_path: Path, flow_name: str) -> dict[str, Any]:
+    """Fail when a flow requested running has no stream (after `mirrorflow.health.grace.seconds`) or is more than
+    `mirrorflow.health.lag.max.seconds` behind; a stopped flow is healthy."""
+    from mirrorflow import lifecycle
+
+    cfg = _load(config_path)
+    flow = cfg.flow(flow_name)
+    found = lifecycle.health(cfg, flow)
+    wanted = found.requested.state == lifecycle.RUNNING
+    if wanted and not found.alive and not found.lease_error:
+        log.info("%s; waiting up to %d s for its stream DAG to launch it", found.line(),
+                 flow.number("mirrorflow.health.grace.seconds"))
+        lifecycle.wait_until(lambda: lifecycle.health(cfg, flow, with_lag=False).alive,
+                             flow.number("mirrorflow.health.grace.seconds"), 5.0)
+        found = lifecycle.health(cfg, flow)
+    log.info("%s", found.line())
+    problems = []
+    if found.lease_error:
+        problems.append(found.lease_error)
+    if wanted and not found.alive and not found.lease_error:
+        problems.append(f"should run but no stream holds its lease (see DAG {deployment.dag_id('stream', flow)})")
+    limit = flow.number("mirrorflow.health.lag.max.seconds")
+    if wanted and found.lag_seconds is not None and found.lag_seconds > limit:
+        problems.append(f"{found.lag_seconds:.0f} s behind, more than mirrorflow.health.lag.max.seconds = {limit}")
+    if wanted and found.source_error:
+        problems.append(f"lag unknown: {found.source_error}")
+    if problems:
+        raise OperationalError(f"flow {flow.name}: {'; '.join(problems)}")
+    return found.as_dict()
+
+
 # -- batch: audit and backfill ---------------------------------------------------------------------
 
 @said_first
