@@ -13,7 +13,7 @@ lease held and exits (exactly-once mode also fences the first's producers).
 
 `mirrorflow_health__A_to_B` runs every `mirrorflow.health.interval.seconds` (600) and fails, so Airflow's failure
 alerts reach someone, when the flow is requested running but has had no stream for
-`mirrorflow.health.grace.seconds` (90), or is more than `mirrorflow.health.lag.max.seconds` (300) behind.
+`mirrorflow.health.grace.seconds` (120), or is more than `mirrorflow.health.lag.max.seconds` (300) behind.
 
 `mirrorflow_control__A_to_B` is triggered by hand: `health` (fails if the flow should run and does not),
 `stop` (the running micro-batch finishes and its progress is committed; supervisors leave the flow stopped),

@@ -90,7 +90,7 @@ FLOW_KEYS: tuple[Key, ...] = (
     # Airflow's failure alerts fire, when a flow requested running has had no stream for `.grace.seconds` (its
     # stream DAG relaunches a dead one within a minute) or is more than `.lag.max.seconds` behind.
     Key("mirrorflow.health.interval.seconds", "int", "600"),
-    Key("mirrorflow.health.grace.seconds", "int", "90"),
+    Key("mirrorflow.health.grace.seconds", "int", "120"),
     Key("mirrorflow.health.lag.max.seconds", "int", "300"),
     # Where the flow's stream serves Prometheus /metrics and JSON /status, however it is launched (Airflow,
     # spark-submit, the CLI; `stream --metrics-port/--metrics-host` win); no port: no endpoint.
