@@ -186,6 +186,15 @@ def test_a_rehearsal_asks_for_approval_and_the_answer_given_through_the_rest_api
         return code == 200
     wait_for(waiting, 180, "the approval step to wait for an answer")
     assert asked["options"] == ["Approve", "Reject"] and "Rehearsal" in str(asked["body"]), asked
+    wait_for(lambda: local_airflow.api("GET", f"{path}/taskInstances/approval")[1]["state"] == "awaiting_input", 60,
+             "the approval task to pause")
+    # A person answers once the scheduler has taken in the pausing worker's exit. An answer that re-queues the task
+    # before that (seconds, on a busy scheduler) makes Airflow 3.3.2 fail it ("finished with state success, but the
+    # task instance's state attribute is queued"): seen twice here, 1 and 5 s after the pause.
+    paused = (f"Received executor event with state success for task instance TaskInstanceKey(dag_id="
+              f"'mirrorflow_failover', task_id='approval', run_id='{run['dag_run_id']}'")
+    wait_for(lambda: paused in (local_airflow.home() / "standalone.log").read_text(errors="replace"), 120,
+             "the scheduler to take in the paused approval")
     code, _ = local_airflow.api("PATCH", f"{path}/taskInstances/approval/-1/hitlDetails",
                                 {"chosen_options": [answer]})
     assert code == 200

@@ -30,7 +30,9 @@ from mirrorflow.deployment import SPARK_CONNECTION
 from mirrorflow.errors import OperationalError
 
 USER = "admin"
-PORT = int(os.environ.get("MIRRORFLOW_AIRFLOW_PORT", "8080"))
+def port() -> int:
+    """The embedded Airflow's port: `$MIRRORFLOW_AIRFLOW_PORT`, else 8080 (read at each use)."""
+    return int(os.environ.get("MIRRORFLOW_AIRFLOW_PORT", "8080"))
 START_TIMEOUT_S = 300.0
 
 
@@ -67,9 +69,9 @@ def environment(project: Path, config_path: Path) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{USER}:admin",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(_passwords_file()),
-        "AIRFLOW__API__PORT": str(PORT),
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{PORT}",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{PORT}/execution/",
+        "AIRFLOW__API__PORT": str(port()),
+        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port()}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port()}/execution/",
         "MIRRORFLOW_CONFIG": str(config_path),
         "MIRRORFLOW_HOME": str(local.home()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
@@ -88,7 +90,7 @@ def _running_pid() -> int | None:
 
 def status() -> AirflowState:
     pid = _running_pid()
-    return AirflowState(pid is not None and _answers(), pid, f"http://127.0.0.1:{PORT}", home())
+    return AirflowState(pid is not None and _answers(), pid, f"http://127.0.0.1:{port()}", home())
 
 
 def up(project: Path, config_path: Path) -> AirflowState:
@@ -107,7 +109,7 @@ def up(project: Path, config_path: Path) -> AirflowState:
                 raise OperationalError(f"airflow standalone exited ({proc.returncode}); "
                                        f"see {home() / 'standalone.log'}")
             if time.monotonic() > deadline:
-                raise OperationalError(f"Airflow did not answer on port {PORT} within {START_TIMEOUT_S:.0f} s; "
+                raise OperationalError(f"Airflow did not answer on port {port()} within {START_TIMEOUT_S:.0f} s; "
                                        f"see {home() / 'standalone.log'}")
             time.sleep(2)
     _ensure_spark_connection()
@@ -132,7 +134,7 @@ def api(method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[
 def _call(method: str, path: str, body: Mapping[str, Any] | None = None, token: str | None = None
           ) -> tuple[int, Any]:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-    request = urllib.request.Request(f"http://127.0.0.1:{PORT}{path}", method=method, headers=headers,
+    request = urllib.request.Request(f"http://127.0.0.1:{port()}{path}", method=method, headers=headers,
                                      data=None if body is None else json.dumps(body).encode())
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
@@ -213,7 +215,7 @@ def _ensure_login() -> str | None:
 
 def _answers() -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/api/v2/monitor/health", timeout=5) as reply:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port()}/api/v2/monitor/health", timeout=5) as reply:
             return bool(reply.status == 200)
     except (urllib.error.URLError, OSError):
         return False
