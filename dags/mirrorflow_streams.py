@@ -29,7 +29,7 @@ from pathlib import Path
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, get_current_context, task
-from mirrorflow import deployment, scheduled, spark_logs
+from mirrorflow import deployment, scheduled
 from mirrorflow.config import Flow
 from mirrorflow.stream_watch import StreamLaunchCheck
 
@@ -51,8 +51,7 @@ def stream_dag(flow: Flow) -> DAG:
             name=f"mirrorflow {flow.name}", jars=jars, driver_memory="1g",
             # In cluster mode, return once submitted: the cluster supervises the driver, the lease the rest.
             conf={"spark.yarn.submit.waitAppCompletion": "false",
-                  "spark.kubernetes.submission.waitAppCompletion": "false",
-                  "spark.driver.extraJavaOptions": spark_logs.LOG4J_OPTION},
+                  "spark.kubernetes.submission.waitAppCompletion": "false"},
             application_args=["--config", str(CONFIG), "--flow", flow.name],
             env_vars={"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "PYSPARK_PYTHON": sys.executable,
                       "PYSPARK_DRIVER_PYTHON": sys.executable},

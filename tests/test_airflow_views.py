@@ -16,6 +16,14 @@ def test_a_runbook_run_shows_its_report_and_one_that_stopped_early_shows_its_pre
     rejected = airflow_views.report_markdown({("preflight", "return_value"): pre},
                                              {"approval": "success", "drain": "skipped", "report": "skipped"}) or ""
     assert rejected.startswith("**Rejected at the approval step: nothing changed.**")
+    waiting = airflow_views.report_markdown({("preflight", "return_value"): pre},
+                                            {"preflight": "success", "approval": "awaiting_input", "drain": "None"})
+    assert (waiting or "").startswith("**In progress: approval is awaiting input.**")
+    partial = airflow_views.report_markdown({("preflight", "return_value"): pre},
+                                            {"move_groups": "success", "switch_flows": "failed",
+                                             "report": "upstream_failed"}) or ""
+    assert partial.startswith("**PARTIAL: the groups' offsets were committed on the target")
+    assert "switch_flows" in partial
     assert airflow_views.report_markdown({}) is None
 
 

@@ -26,6 +26,7 @@ from mirrorflow.errors import MirrorflowError
 log = logging.getLogger(__name__)
 PREFIX = "/mirrorflow"
 PROJECT = Path(__file__).resolve().parents[2]
+STATUS_FRESH_S = 60.0  # the driver rewrites its status file every 10 s
 # The XComs each kind of DAG leaves, in the order a report page looks for them: (task, key).
 REPORTS: Sequence[tuple[str, str]] = (("report", "return_value"), ("audit", "report"),
                                       ("backfill", "return_value"), ("act", "return_value"),
@@ -59,10 +60,13 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def flow_rows(cfg: config.MirrorConfig) -> list[dict[str, Any]]:
-    """What the Flows page shows, one dict per enabled flow; a flow whose clusters do not answer says why."""
+def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None) -> list[dict[str, Any]]:
+    """What the Flows page shows, one dict per enabled flow (of `names`, if given); a flow whose clusters do not
+    answer says why."""
     rows = []
     for flow in cfg.enabled_flows:
+        if names is not None and flow.name not in names:
+            continue
         row: dict[str, Any] = {"flow": flow.name}
         try:
             found = lifecycle.health(cfg, flow)
@@ -73,7 +77,8 @@ def flow_rows(cfg: config.MirrorConfig) -> list[dict[str, Any]]:
         except MirrorflowError as exc:
             row["error"] = str(exc)
         status = metrics.read_status(metrics.status_file(flow)) or {}
-        if row.get("running") and status.get("state") == "running" and status.get("spark-ui"):
+        fresh = time.time() - float(status.get("updated", 0)) < STATUS_FRESH_S  # a killed driver leaves "running"
+        if row.get("running") and fresh and status.get("state") == "running" and status.get("spark-ui"):
             row["spark_ui"] = status["spark-ui"]
         rows.append(row)
     return rows
@@ -122,10 +127,7 @@ def report_markdown(found: Mapping[tuple[str, str], Any], states: Mapping[str, s
         if not isinstance(value, Mapping):
             continue
         if task == "preflight":
-            why = ("**Rejected at the approval step: nothing changed.**"
-                   if states.get("approval") == "success" and states.get("drain") == "skipped" else
-                   "**The runbook stopped before its report** (see the failed task's log).")
-            return f"{why} Its preflight summary:\n\n" + str(value.get("markdown", ""))
+            return f"{_runbook_state(states)} Its preflight summary:\n\n" + str(value.get("markdown", ""))
         if "markdown" in value:
             return str(value["markdown"])
         if "summary" in value:
@@ -133,6 +135,26 @@ def report_markdown(found: Mapping[tuple[str, str], Any], states: Mapping[str, s
         if "flow" in value and "requested" in value:
             return f"**flow {value['flow']}**: {value.get('line') or value}"
     return None
+
+
+_ACTIVE = ("running", "queued", "scheduled", "deferred", "awaiting_input", "up_for_retry", "up_for_reschedule",
+           "restarting")
+
+
+def _runbook_state(states: Mapping[str, str]) -> str:
+    """Why a runbook run has no report: in progress, rejected, or stopped (and whether groups already moved)."""
+    failed = [t for t, state in states.items() if state in ("failed", "upstream_failed")]
+    waiting = [f"{t} is {state.replace('_', ' ')}" for t, state in states.items() if state in _ACTIVE]
+    if not failed and waiting:
+        return f"**In progress: {', '.join(waiting)}.** Reload when it ends."
+    if states.get("approval") == "success" and states.get("drain") == "skipped":
+        return "**Rejected at the approval step: nothing changed.**"
+    if states.get("move_groups") == "success":
+        return ("**PARTIAL: the groups' offsets were committed on the target, then the runbook stopped** "
+                f"({', '.join(failed)}: see its log); the flows may not be switched.")
+    if failed:
+        return f"**The runbook stopped before changing anything** ({', '.join(failed)}: see its log)."
+    return "**The runbook stopped before its report** (see its task logs)."
 
 
 def _batch_markdown(report: Mapping[str, Any]) -> str:
@@ -172,21 +194,26 @@ def run_states(dag_id: str, run_id: str) -> dict[str, str]:
 
 
 def create_app() -> Any:
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-    from airflow.api_fastapi.core_api.security import requires_access_dag, requires_authenticated
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+    from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse
 
     app = FastAPI(title="mirrorflow", description="mirrorflow's flows and run reports in Airflow's UI")
 
     @app.get("/flows", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
-    def flows() -> str:
+    def flows(user: GetUserDep) -> str:
         path = config_path()
         try:
             cfg = config.load(path)
         except MirrorflowError as exc:
             return _page("mirrorflow flows", f"<p class='bad'>{html.escape(str(exc))}</p>")
-        return flows_html(flow_rows(cfg), str(path))
+        manager = get_auth_manager()
+        # A user sees the flows whose stream DAG they may read, as Airflow's own pages would show them.
+        allowed = {f.name for f in cfg.enabled_flows if manager.is_authorized_dag(
+            method="GET", details=DagDetails(id=deployment.dag_id("stream", f)), user=user)}
+        return flows_html(flow_rows(cfg, allowed), str(path))
 
     @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse,
              dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])

@@ -436,15 +436,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     for flow in flows:
         # Running or not, and the lag, as the clusters say (what `health` says, wherever the driver runs); the
         # throughput and latency figures only the driver has, from its status file on this host.
-        found = lifecycle.health(cfg, flow)
-        lines.append(found.line())
+        try:
+            found: lifecycle.FlowHealth | None = lifecycle.health(cfg, flow)
+        except MirrorflowError as exc:  # the target is down: what this host's driver last said still helps
+            found = None
+            lines.append(f"flow {flow.name}: the clusters cannot say ({exc})")
+        if found is not None:
+            lines.append(found.line())
         snap = metrics.read_status(metrics.status_file(flow))
         checkpoints = metrics.read_status(metrics.checkpoint_status_file(flow))
         if snap is None:
-            snap = {"flow": flow.name, "state": "running elsewhere" if found.alive else "never run here"}
+            alive = found is not None and found.alive
+            snap = {"flow": flow.name, "state": "running elsewhere" if alive else "never run here"}
             lines.append(f"  driver figures: none on this host ({socket.gethostname()})" + (
                 f"; the driver on {', '.join(found.holders)} keeps them (its metrics endpoint serves them)"
-                if found.alive else ""))
+                if found is not None and alive else ""))
         else:
             age = max(time.time() - snap["updated"], 0)
             lines.append("  driver: " + metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
@@ -460,7 +466,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         if checkpoints is not None:
             snap["checkpoints"] = checkpoints
             lines.append("  " + metrics.checkpoint_line(checkpoints))
-        snap["clusters"] = found.as_dict()
+        snap["clusters"] = found.as_dict() if found is not None else None
         out.append(snap)
     _print(out, args.json, "\n".join(lines))
     return 0

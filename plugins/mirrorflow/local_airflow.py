@@ -30,6 +30,7 @@ from mirrorflow.deployment import SPARK_CONNECTION
 from mirrorflow.errors import OperationalError
 
 USER = "admin"
+SPARK_DESCRIPTION = "The Spark master mirrorflow's stream and batch tasks run against"
 def port() -> int:
     """The embedded Airflow's port: `$MIRRORFLOW_AIRFLOW_PORT`, else 8080 (read at each use)."""
     return int(os.environ.get("MIRRORFLOW_AIRFLOW_PORT", "8080"))
@@ -99,6 +100,8 @@ def up(project: Path, config_path: Path) -> AirflowState:
     created = _ensure_login()
     if _running_pid() is None:
         env = environment(project, config_path)
+        if not (home() / "airflow.db").exists():
+            _prepare_database(env)
         log = open(home() / "standalone.log", "ab")  # noqa: SIM115 - handed to the child process
         proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=project)
@@ -144,16 +147,34 @@ def _call(method: str, path: str, body: Mapping[str, Any] | None = None, token: 
         return exc.code, None
 
 
+def _prepare_database(env: Mapping[str, str]) -> None:
+    """A new home: migrate the database and create `mirrorflow_spark` before the scheduler can run a task (a stream
+    DAG of a flow requested running would otherwise submit with the Spark provider's default master, yarn)."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    steps = ([airflow, "db", "migrate"],
+             [airflow, "connections", "add", SPARK_CONNECTION, "--conn-type", "spark", "--conn-host", "local[*]",
+              "--conn-description", SPARK_DESCRIPTION])
+    with open(home() / "standalone.log", "ab") as log:
+        for step in steps:
+            done = subprocess.run(step, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=300, check=False)
+            if done.returncode != 0:
+                raise OperationalError(f"`airflow {' '.join(step[1:3])}` failed ({done.returncode}); "
+                                       f"see {home() / 'standalone.log'}")
+
+
 def _ensure_spark_connection() -> None:
     """`mirrorflow_spark` in Airflow's database (not an environment variable, which the UI can neither show nor
     override); an operator's edit is kept."""
     wanted = {"connection_id": SPARK_CONNECTION, "conn_type": "spark", "host": "local[*]",
-              "description": "The Spark master mirrorflow's stream and batch tasks run against"}
-    reply = None
+              "description": SPARK_DESCRIPTION}
+    reply: int | str | None = None
     for _ in range(12):  # SQLite is busy while the scheduler starts its first tasks: HTTP 500 for a few seconds
-        reply, _ = api("GET", f"/api/v2/connections/{SPARK_CONNECTION}")
-        if reply == 404:
-            reply, _ = api("POST", "/api/v2/connections", wanted)
+        try:
+            reply, _ = api("GET", f"/api/v2/connections/{SPARK_CONNECTION}")
+            if reply == 404:
+                reply, _ = api("POST", "/api/v2/connections", wanted)
+        except (OperationalError, urllib.error.URLError, OSError) as exc:
+            reply = str(exc)
         if reply in (200, 201, 409):
             return
         time.sleep(5)

@@ -31,6 +31,7 @@ from mirrorflow.errors import ConfigError, OperationalError
 MAX_RATE = 1000.0
 PARTITIONS = 3
 STATUS_EVERY_S = 5.0
+STARTUP_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,14 @@ class Traffic:
 
     @property
     def running(self) -> bool:
+        """Whether the pid is still this cluster's traffic process (not a process that reused the pid)."""
         if self.pid is None:
             return False
         try:
-            os.kill(self.pid, 0)
+            argv = Path(f"/proc/{self.pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             return False
-        return True
+        return b"mirrorflow.sample_traffic" in argv and self.cluster.encode() in argv
 
     def line(self) -> str:
         state = f"running (pid {self.pid})" if self.running else "stopped"
@@ -80,7 +82,7 @@ def read(cluster: str) -> Traffic | None:
 def _write(state: Traffic) -> None:
     path = _state_file(state.cluster)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # the starting command and the process both write it
     tmp.write_text(json.dumps(state.__dict__))
     tmp.replace(path)
 
@@ -107,7 +109,11 @@ def start(cfg: config.MirrorConfig, config_path: Path, cluster: str, topic: str,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     state = Traffic(cluster, topic, group, rate, proc.pid, updated=time.time())
     _write(state)
-    return state
+    try:
+        code = proc.wait(STARTUP_S)  # a bad setting or an unreachable cluster ends it at once
+    except subprocess.TimeoutExpired:
+        return state
+    raise OperationalError(f"traffic on {cluster} exited ({code}) as it started; see {log}")
 
 
 def stop(cluster: str, timeout_s: float = 20.0) -> Traffic | None:
@@ -139,12 +145,16 @@ def run(cfg: config.MirrorConfig, cluster: str, topic: str, group: str, rate: fl
 
     def produce() -> None:
         n, began = 0, time.monotonic()
-        while not done.is_set():
-            producer.produce(topic, json.dumps({"order": n, "at": time.time()}).encode(), f"order-{n}".encode())
-            producer.poll(0)
-            n += 1
-            counts["produced"] = n
-            done.wait(max(0.0, began + n / rate - time.monotonic()))
+        try:
+            while not done.is_set():
+                producer.produce(topic, json.dumps({"order": n, "at": time.time()}).encode(), f"order-{n}".encode())
+                producer.poll(0)
+                n += 1
+                counts["produced"] = n
+                done.wait(max(0.0, began + n / rate - time.monotonic()))
+        except Exception as exc:  # the process ends with it, and says why in its log: no silent half-demo
+            print(f"mirrorflow traffic: producer failed: {exc!r}", file=sys.stderr, flush=True)
+            done.set()
         producer.flush(10)
 
     writer = threading.Thread(target=produce, name="sample-producer", daemon=True)

@@ -131,7 +131,8 @@ def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict
 @said_first
 def health_check(config_path: Path, flow_name: str) -> dict[str, Any]:
     """Fail when a flow requested running has no stream (after `mirrorflow.health.grace.seconds`) or is more than
-    `mirrorflow.health.lag.max.seconds` behind; a stopped flow is healthy."""
+    `mirrorflow.health.lag.max.seconds` behind, and whenever its lease cannot be read (the target does not answer);
+    otherwise a stopped flow is healthy."""
     from mirrorflow import lifecycle
 
     cfg = _load(config_path)

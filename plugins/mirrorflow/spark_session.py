@@ -59,9 +59,9 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") ->
                    .config("spark.jars", ",".join(str(j) for j in kafka_jars()))
                    .config("spark.driver.memory", driver_memory)
                    .config("spark.ui.enabled", "false"))
-        builder = builder.config("spark.driver.extraJavaOptions", spark_logs.LOG4J_OPTION)
         if master.startswith("local"):  # workers run this interpreter, so they can fork from a warm daemon
             builder = builder.config("spark.python.daemon.module", "mirrorflow.spark_daemon")
+            builder = builder.config("spark.driver.extraJavaOptions", spark_logs.LOG4J_OPTION)
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning per job on a loopback hostname
     spark = (builder
              .config("spark.ui.showConsoleProgress", "false")

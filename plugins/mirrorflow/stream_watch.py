@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,8 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from mirrorflow import clients, deployment, lifecycle
+
+DECIDE_TIMEOUT_S = 120.0  # one launch decision: a few Kafka reads with their own timeouts
 
 
 def launch_decision(config_path: Path, flow_name: str) -> tuple[bool, str]:
@@ -39,25 +42,26 @@ def _event(payload: dict[str, Any]) -> TriggerEvent:
 
 
 class FlowLaunchTrigger(BaseTrigger):
-    """Fires {"launch": bool, "why": str} when the flow must be launched, or when `wait_s` has passed."""
+    """Fires {"launch": bool, "why": str} when the flow must be launched, or at `until` (epoch seconds: a triggerer
+    that restarts or hands the trigger over keeps the same end)."""
 
-    def __init__(self, config_path: str, flow_name: str, wait_s: float, poll_s: float) -> None:
+    def __init__(self, config_path: str, flow_name: str, until: float, poll_s: float) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
-        self.config_path, self.flow_name, self.wait_s, self.poll_s = config_path, flow_name, wait_s, poll_s
+        self.config_path, self.flow_name, self.until, self.poll_s = config_path, flow_name, until, poll_s
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (f"{__name__}.FlowLaunchTrigger", {"config_path": self.config_path, "flow_name": self.flow_name,
-                                                  "wait_s": self.wait_s, "poll_s": self.poll_s})
+                                                  "until": self.until, "poll_s": self.poll_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        deadline = time.monotonic() + self.wait_s
         while True:
             try:
-                launch, why = await asyncio.to_thread(launch_decision, Path(self.config_path), self.flow_name)
+                launch, why = await asyncio.wait_for(
+                    asyncio.to_thread(launch_decision, Path(self.config_path), self.flow_name), DECIDE_TIMEOUT_S)
             except Exception as exc:  # the task, not the triggerer, reports it
-                yield _event({"launch": False, "why": f"cannot decide: {exc}", "error": True})
+                yield _event({"launch": False, "why": f"cannot decide: {exc!r}", "error": True})
                 return
-            if launch or time.monotonic() + self.poll_s > deadline:
+            if launch or time.time() + self.poll_s > self.until:
                 yield _event({"launch": launch, "why": why})
                 return
             await asyncio.sleep(self.poll_s)
@@ -77,8 +81,10 @@ class StreamLaunchCheck(BaseOperator):
         if launch:
             return self._jars()
         wait_s, poll_s = watch_seconds(self.config_path, self.flow_name)
-        self.defer(trigger=FlowLaunchTrigger(str(self.config_path), self.flow_name, wait_s, poll_s),
-                   method_name="execute_complete")
+        # Airflow's own timeout too: a triggerer that is down must not hold the DAG's one active run for ever.
+        self.defer(trigger=FlowLaunchTrigger(str(self.config_path), self.flow_name, time.time() + wait_s, poll_s),
+                   method_name="execute_complete",
+                   timeout=timedelta(seconds=wait_s + 2 * poll_s + DECIDE_TIMEOUT_S + 60))
         raise AssertionError("defer raises")  # pragma: no cover
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
