@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from mirrorflow.flow_lease import CONFIRMED_FOR_S, DELIVERY_TIMEOUT_MS, TAKEOVER_WAIT_S, verdict
+from mirrorflow.flow_lease import (
+    CONFIRMED_FOR_S,
+    DELIVERY_TIMEOUT_MS,
+    TAKEOVER_WAIT_S,
+    group_of,
+    is_lease_group,
+    verdict,
+)
 
 
 def test_a_writer_holds_the_lease_only_when_its_own_member_is_assigned_in_a_stable_group() -> None:
@@ -29,3 +36,8 @@ def test_a_rebalance_or_an_empty_group_is_no_confirmation() -> None:
 
 def test_a_takeover_waits_longer_than_a_confirmation_and_a_delivery_last() -> None:
     assert TAKEOVER_WAIT_S > CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS / 1000
+
+
+def test_a_flows_lease_group_is_recognised_so_runbooks_and_checkpoints_leave_it_alone() -> None:
+    assert is_lease_group(group_of("primary->backup"))
+    assert not is_lease_group("orders-app") and not is_lease_group("mirrorflow-app")

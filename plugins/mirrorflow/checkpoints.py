@@ -31,7 +31,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from mirrorflow import admin_sync, clients, metrics, offset_syncs, selection, wire
+from mirrorflow import admin_sync, clients, flow_lease, metrics, offset_syncs, selection, wire
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import OperationalError
 from mirrorflow.internal_log import InternalLog
@@ -144,7 +144,8 @@ class GroupOffsets:
         listed = admin_sync.wait({"groups": self.source_admin.list_consumer_groups()},
                                  f"cannot list the consumer groups of {self.source.alias}:")["groups"]
         selected = self.flow.group_filter
-        return sorted(g.group_id for g in listed.valid if selected.selects(g.group_id))
+        return sorted(g.group_id for g in listed.valid
+                      if selected.selects(g.group_id) and not flow_lease.is_lease_group(g.group_id))
 
     def committed(self, group: str) -> dict[TopicPartitionKey, tuple[int, str]]:
         found = self.committed_many([group])

@@ -258,8 +258,16 @@ class GroupDescription:
     members: list[Any]
 
 
+LEASE_GROUP_PREFIX = "mirrorflow:"
+
+
 def group_of(flow: str) -> str:
-    return f"mirrorflow:{flow}"
+    return f"{LEASE_GROUP_PREFIX}{flow}"
+
+
+def is_lease_group(group: str) -> bool:
+    """mirrorflow's own lease groups: never checkpointed, translated or moved by a runbook."""
+    return group.startswith(LEASE_GROUP_PREFIX)
 
 
 def members(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> list[Any]:
