@@ -196,14 +196,16 @@ def run_states(dag_id: str, run_id: str) -> dict[str, str]:
 def create_app() -> Any:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
-    from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_dag, requires_authenticated
+    from airflow.api_fastapi.core_api.security import get_user, requires_access_dag
     from fastapi import Depends, FastAPI
     from fastapi.responses import HTMLResponse
 
     app = FastAPI(title="mirrorflow", description="mirrorflow's flows and run reports in Airflow's UI")
 
-    @app.get("/flows", response_class=HTMLResponse, dependencies=[Depends(requires_authenticated())])
-    def flows(user: GetUserDep) -> str:
+    # `Any`, not Airflow's GetUserDep: annotations are strings here (PEP 563), and FastAPI resolves them in this
+    # module's globals, where a name imported inside this function is not: it would read `user` from the query.
+    @app.get("/flows", response_class=HTMLResponse)
+    def flows(user: Any = Depends(get_user)) -> str:  # noqa: B008 - FastAPI's dependency idiom
         path = config_path()
         try:
             cfg = config.load(path)
