@@ -427,8 +427,37 @@ def cmd_stream(args: argparse.Namespace) -> int:
     return 0
 
 
+STATUS_CLUSTERS_S = 20.0  # `status` waits this long for the clusters' view, then shows the driver's figures alone
+
+
+def _health_within(cfg: configmod.MirrorConfig, flow: configmod.Flow, timeout_s: float) -> tuple[Any, str]:
+    """The flow's health as the clusters say it, or (None, why) if they do not answer within `timeout_s` (a read
+    of a leaderless partition waits out its election for much longer)."""
+    import threading
+
+    from mirrorflow import lifecycle
+
+    found: list[Any] = []
+
+    def read() -> None:
+        try:
+            found.append(lifecycle.health(cfg, flow))
+        except MirrorflowError as exc:
+            found.append(exc)
+
+    # A daemon thread: a read still waiting when `status` has printed must not keep the command from exiting.
+    reader = threading.Thread(target=read, name="status-health", daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    if not found:
+        return None, f"no answer within {timeout_s:.0f} s"
+    if isinstance(found[0], MirrorflowError):
+        return None, str(found[0])
+    return found[0], ""
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    from mirrorflow import lifecycle, metrics
+    from mirrorflow import metrics
 
     cfg = load_config(args)
     flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
@@ -436,11 +465,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     for flow in flows:
         # Running or not, and the lag, as the clusters say (what `health` says, wherever the driver runs); the
         # throughput and latency figures only the driver has, from its status file on this host.
-        try:
-            found: lifecycle.FlowHealth | None = lifecycle.health(cfg, flow)
-        except MirrorflowError as exc:  # the target is down: what this host's driver last said still helps
-            found = None
-            lines.append(f"flow {flow.name}: the clusters cannot say ({exc})")
+        found, why = _health_within(cfg, flow, STATUS_CLUSTERS_S)
+        if found is None:  # the target is down or degraded: what this host's driver last said still helps
+            lines.append(f"flow {flow.name}: the clusters cannot say ({why})")
         if found is not None:
             lines.append(found.line())
         snap = metrics.read_status(metrics.status_file(flow))
