@@ -112,11 +112,11 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
         if not rb.dry_run:
             raise ConfigError(f"{rb.title}: {unmatched}")
         notices.append(f"{unmatched}: a real run would stop here")  # a dry run still reports health and RPO
-    active = _active_groups(cfg, rb.target, selected) if selected else []
+    active = _active_groups(cfg, rb.target, selected)
     if active:
         raise OperationalError(f"{rb.title}: consumer groups active on {rb.target} would be overwritten: "
                                f"{', '.join(active)}; stop their consumers there first")
-    if not source_error and selected:
+    if not source_error:
         busy = _active_groups(cfg, rb.source, selected)
         if busy:
             notices.append(f"groups still active on {rb.source} (commits after the move are not carried over): "
@@ -181,6 +181,8 @@ def _reachable(cfg: MirrorConfig, alias: str) -> str:
 
 
 def _active_groups(cfg: MirrorConfig, alias: str, groups: Sequence[str]) -> list[str]:
+    if not groups:  # the admin client refuses an empty list
+        return []
     admin = clients.admin(cfg.cluster(alias))
     described = admin_sync.wait(admin.describe_consumer_groups(list(groups)),
                                 f"cannot describe the consumer groups on {alias}:")
@@ -275,7 +277,7 @@ def drain(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
 def move_groups(cfg: MirrorConfig, rb: Runbook, groups: Sequence[str]) -> dict[str, Any]:
     """Commit each group's position on the target; refuses (changing nothing) if one is active there."""
     flow = cfg.flow(rb.flow_name)
-    active = _active_groups(cfg, rb.target, groups) if groups else []
+    active = _active_groups(cfg, rb.target, groups)
     if active:
         raise OperationalError(f"{rb.title}: consumer groups active on {rb.target}, nothing committed: "
                                f"{', '.join(active)}")

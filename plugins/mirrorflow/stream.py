@@ -713,6 +713,7 @@ class _Driver:
         for topic, partition in ends:
             counts[topic] = max(counts.get(topic, 0), partition + 1)
         replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t)}
+        flow_topics = set(replicated)  # held ones included: their partitions are still the flow's
         grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
         self._hold_gone_remotes(replicated, grown)  # before anything could create a deleted remote topic again
         replicated = {t: n for t, n in replicated.items() if t not in self.held}
@@ -779,7 +780,7 @@ class _Driver:
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
         # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
-        self.metrics.observe([r for r in rows if selection.replicates(self.flow, r["topic"])])
+        self.metrics.observe([r for r in rows if r["topic"] in flow_topics])
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
 

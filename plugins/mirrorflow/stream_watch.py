@@ -21,20 +21,17 @@ from airflow.sdk.exceptions import AirflowSkipException
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from mirrorflow import clients, deployment, lifecycle
+from mirrorflow.config import Flow
 
 DECIDE_TIMEOUT_S = 120.0  # one launch decision: a few Kafka reads with their own timeouts
 
 
-def launch_decision(config_path: Path, flow_name: str) -> tuple[bool, str]:
+def launch_decision(config_path: Path, flow_name: str) -> tuple[bool, str, Flow]:
+    """Whether to launch the flow's stream now, why, and the flow as configured (its watch settings)."""
     clients.quiet()
     cfg = deployment.load(config_path)
-    return lifecycle.launch_decision(cfg, cfg.flow(flow_name))
-
-
-def watch_seconds(config_path: Path, flow_name: str) -> tuple[int, int]:
-    """(how long a run waits, how often it looks), from the flow's config."""
-    flow = deployment.load(config_path).flow(flow_name)
-    return flow.number("mirrorflow.stream.watch.seconds"), flow.number("mirrorflow.stream.watch.poll.seconds")
+    flow = cfg.flow(flow_name)
+    return (*lifecycle.launch_decision(cfg, flow), flow)
 
 
 def _event(payload: dict[str, Any]) -> TriggerEvent:
@@ -56,7 +53,7 @@ class FlowLaunchTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
             try:
-                launch, why = await asyncio.wait_for(
+                launch, why, _ = await asyncio.wait_for(
                     asyncio.to_thread(launch_decision, Path(self.config_path), self.flow_name), DECIDE_TIMEOUT_S)
             except Exception as exc:  # the task, not the triggerer, reports it
                 yield _event({"launch": False, "why": f"cannot decide: {exc!r}", "error": True})
@@ -76,11 +73,12 @@ class StreamLaunchCheck(BaseOperator):
         self.config_path, self.flow_name = config_path, flow_name
 
     def execute(self, context: Any) -> str:
-        launch, why = launch_decision(self.config_path, self.flow_name)
+        launch, why, flow = launch_decision(self.config_path, self.flow_name)
         self.log.info("%s", why)
         if launch:
             return self._jars()
-        wait_s, poll_s = watch_seconds(self.config_path, self.flow_name)
+        wait_s = flow.number("mirrorflow.stream.watch.seconds")
+        poll_s = flow.number("mirrorflow.stream.watch.poll.seconds")
         # Airflow's own timeout too: a triggerer that is down must not hold the DAG's one active run for ever.
         self.defer(trigger=FlowLaunchTrigger(str(self.config_path), self.flow_name, time.time() + wait_s, poll_s),
                    method_name="execute_complete",
