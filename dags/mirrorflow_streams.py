@@ -2,18 +2,17 @@
 
 `mirrorflow_stream__A_to_B` runs one run at a time, the next at most 30 seconds after the last. `check` reads the
 flow's requested state and its lease on B; while the flow is stopped or runs elsewhere it waits, deferred (no
-worker slot), for up to `mirrorflow.stream.watch.seconds` (600) and then ends skipped: an idle flow makes one run
-per 10 minutes. When the flow should run and no instance holds the lease, `mirror` submits
-`spark_jobs/mirror_stream.py` with the Spark provider through the Airflow connection `mirrorflow_spark`
-(host `local[*]` for the embedded default; `yarn` with `deploy-mode=cluster`, or `k8s://…`, in
-production, where the cluster restarts the driver and this run ends once the job is submitted). In local
+worker slot), looking every `mirrorflow.stream.watch.poll.seconds` (15), for up to `mirrorflow.stream.watch.seconds`
+(a day) and then ends skipped: a stopped flow's stream DAG makes one run a day. When the flow should run and no
+instance holds the lease, `mirror` submits `spark_jobs/mirror_stream.py` with the Spark provider through the
+Airflow connection `mirrorflow_spark` (host `local[*]` for the embedded default; `yarn` with
+`deploy-mode=cluster`, or `k8s://…`, in production, where the cluster restarts the driver and this run ends once
+the job is submitted). In local
 mode the `mirror` task lasts as long as the stream: when the stream dies, the run ends and the next one,
 at most 30 seconds later, starts it again at once. Two instances can never write at once: the second finds the
 lease held and exits (exactly-once mode also fences the first's producers).
 
-`mirrorflow_health__A_to_B` runs every `mirrorflow.health.interval.seconds` (600) and fails, so Airflow's failure
-alerts reach someone, when the flow is requested running but has had no stream for
-`mirrorflow.health.grace.seconds` (120), or is more than `mirrorflow.health.lag.max.seconds` (300) behind.
+The scheduled health check is the `health` task of the flow's `mirrorflow_flow__A_to_B` DAG.
 
 `mirrorflow_control__A_to_B` is triggered by hand: `health` (fails if the flow should run and does not),
 `stop` (the running micro-batch finishes and its progress is committed; supervisors leave the flow stopped),
@@ -82,21 +81,6 @@ def control_dag(flow: Flow) -> DAG:
     return dag
 
 
-def health_dag(flow: Flow) -> DAG:
-    with DAG(dag_id=deployment.dag_id("health", flow),
-             schedule=timedelta(seconds=flow.number("mirrorflow.health.interval.seconds")),
-             start_date=deployment.START, catchup=False, max_active_runs=1, doc_md=__doc__,
-             default_args=deployment.TASK_DEFAULTS, tags=["mirrorflow", "health", flow.source, flow.target]) as dag:
-
-        @task(task_id="check", execution_timeout=timedelta(minutes=10))
-        def check() -> dict[str, object]:
-            return scheduled.health_check(CONFIG, flow.name)
-
-        check()
-    return dag
-
-
 for _flow in deployment.flows(CONFIG):
     globals()[deployment.dag_id("stream", _flow)] = stream_dag(_flow)
     globals()[deployment.dag_id("control", _flow)] = control_dag(_flow)
-    globals()[deployment.dag_id("health", _flow)] = health_dag(_flow)

@@ -318,13 +318,14 @@ def test_the_commands_print_translations_and_checkpoint_status(setup) -> None:  
 
 
 @pytest.mark.airflow
-def test_the_checkpoint_dag_runs_a_round_end_to_end(setup, airflow_home) -> None:  # type: ignore[no-untyped-def]
+def test_the_flow_dag_runs_a_checkpoint_round_end_to_end(setup, airflow_home) -> None:  # type: ignore[no-untyped-def]
     _, path, _ = setup
     end = end_offsets(ALPHA, ORDERS)[2]
     _commit(ALPHA, "g-dag", {(ORDERS, 2): end - 7})
     with deployment(path) as bag:
         assert bag.import_errors == {}
-        run = bag.dags["mirrorflow_checkpoints__alpha_to_beta"].test()
+        dag = bag.dags["mirrorflow_flow__alpha_to_beta"].partial_subset("checkpoints", include_upstream=False)
+        run = dag.test()
     assert run.state == "success"
     checkpoint = _checkpoints("g-dag")[(f"alpha.{ORDERS}", 2)]
     assert checkpoint.upstream_offset == end - 7

@@ -184,3 +184,16 @@ def test_a_flows_metrics_port_is_a_tcp_port_or_nothing() -> None:
 def test_cluster_selection_rejects_an_unknown_alias() -> None:
     with pytest.raises(config.ConfigError, match="unknown cluster alias 'C'"):
         load(BASE).select_clusters(["C"])
+
+
+def test_a_flow_dag_runs_at_its_shortest_interval_and_its_checkpoint_rounds_end_within_it() -> None:
+    from mirrorflow import deployment
+
+    flow = load(BASE + "A->B.enabled = true\n").flow("A->B")
+    assert deployment.flow_period(flow) == deployment.checkpoint_window(flow) == 600  # MM2's defaults
+    flow = load(BASE + "A->B.enabled = true\nsync.topic.acls.interval.seconds = 120\n"
+                "mirrorflow.checkpoints.task.seconds = 900\n").flow("A->B")
+    assert deployment.flow_period(flow) == deployment.checkpoint_window(flow) == 120
+    flow = load(BASE + "A->B.enabled = true\nsync.topic.acls.enabled = false\nsync.topic.acls.interval.seconds = 120"
+                "\nmirrorflow.health.interval.seconds = 300\nmirrorflow.checkpoints.task.seconds = 0\n").flow("A->B")
+    assert (deployment.flow_period(flow), deployment.checkpoint_window(flow)) == (300, 0)

@@ -11,20 +11,22 @@ from conftest import deployment
 pytestmark = pytest.mark.airflow
 
 
-def test_every_dag_imports_and_each_enabled_flow_gets_its_sync_and_checkpoint_dags(airflow_home: Path,
-                                                                          clusters_file: Path) -> None:
+def test_every_dag_imports_and_each_enabled_flow_gets_one_flow_dag_per_period(airflow_home: Path,
+                                                                              clusters_file: Path) -> None:
     with deployment(clusters_file) as bag:
         pass
     assert bag.import_errors == {}
-    checkpoint_dags = sorted(d for d in bag.dags if d.startswith("mirrorflow_checkpoints__"))
-    assert checkpoint_dags == ["mirrorflow_checkpoints__alpha_to_beta", "mirrorflow_checkpoints__alpha_to_gamma",
-                               "mirrorflow_checkpoints__beta_to_alpha"]
-    sync_dags = sorted(d for d in bag.dags if d.startswith("mirrorflow_sync__"))
-    assert sync_dags == [d.replace("checkpoints", "sync") for d in checkpoint_dags]
-    assert bag.dags["mirrorflow_sync__alpha_to_beta"].schedule == timedelta(seconds=600)
-    dag = bag.dags["mirrorflow_checkpoints__alpha_to_beta"]
-    # one run per `mirrorflow.checkpoints.task.seconds`, a round every `emit.checkpoints.interval.seconds` inside it
+    flow_dags = sorted(d for d in bag.dags if d.startswith("mirrorflow_flow__"))
+    assert flow_dags == ["mirrorflow_flow__alpha_to_beta", "mirrorflow_flow__alpha_to_gamma",
+                         "mirrorflow_flow__beta_to_alpha"]
+    assert not [d for d in bag.dags if d.startswith(("mirrorflow_sync__", "mirrorflow_checkpoints__",
+                                                     "mirrorflow_health__"))]
+    dag = bag.dags["mirrorflow_flow__alpha_to_beta"]
+    # one run per 10 minutes with MM2's defaults: health, the metadata sync and checkpoint rounds all inside it
     assert dag.schedule == timedelta(seconds=600) and not dag.catchup and dag.max_active_runs == 1
+    assert set(dag.task_ids) == {"health", "plan", "apply_topics", "apply_configs", "apply_acls", "checkpoints"}
+    assert dag.get_task("checkpoints").upstream_task_ids == dag.get_task("health").upstream_task_ids == set()
+    assert dag.get_task("apply_acls").upstream_task_ids == {"apply_configs"}
 
 
 def test_a_broken_config_is_one_import_error_naming_file_line_and_key(airflow_home: Path, tmp_path: Path) -> None:
@@ -41,8 +43,7 @@ def test_every_dag_has_docs_tags_an_owner_and_sane_retries(airflow_home: Path, c
     with deployment(clusters_file) as bag:
         pass
     assert {"mirrorflow_failover", "mirrorflow_failback", "mirrorflow_stream__alpha_to_beta",
-            "mirrorflow_control__alpha_to_beta", "mirrorflow_health__alpha_to_beta"} <= set(bag.dags)
-    assert bag.dags["mirrorflow_health__alpha_to_beta"].schedule == timedelta(seconds=600)
+            "mirrorflow_control__alpha_to_beta", "mirrorflow_flow__alpha_to_beta"} <= set(bag.dags)
     for dag_id, dag in bag.dags.items():
         assert dag.doc_md and len(dag.doc_md) > 200, dag_id
         assert "mirrorflow" in dag.tags, dag_id

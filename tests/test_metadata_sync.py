@@ -251,12 +251,12 @@ def test_plan_json_and_sync_commands_report_each_change(clusters) -> None:  # ty
 
 
 @pytest.mark.airflow
-def test_the_sync_dag_plans_then_applies_against_the_real_clusters(clusters, airflow_home) -> None:  # type: ignore[no-untyped-def]
+def test_the_flow_dag_plans_then_applies_the_metadata_sync_against_the_real_clusters(clusters, airflow_home) -> None:  # type: ignore[no-untyped-def]
     cfg, path = clusters
     create_topic(ALPHA, "t7.dag", 2, **{"cleanup.policy": "compact"})
     with deployment(path) as bag:
         assert bag.import_errors == {}
-        dag = bag.dags["mirrorflow_sync__alpha_to_beta"]
+        dag = bag.dags["mirrorflow_flow__alpha_to_beta"].partial_subset("apply_acls")
         assert [t.task_id for t in dag.topological_sort()] == ["plan", "apply_topics", "apply_configs", "apply_acls"]
         assert dag.test().state == "success"
     assert _configs(_admin(cfg, "beta"), "alpha.t7.dag")["cleanup.policy"].value == "compact"

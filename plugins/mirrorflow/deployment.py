@@ -102,10 +102,17 @@ def spark_master() -> str:
         return "local[*]"
 
 
-def sync_interval(flow: Flow) -> int:
-    """The metadata sync DAG's period: the shortest interval among the enabled parts (topics always are)."""
-    intervals = [flow.number("refresh.topics.interval.seconds")]
+def flow_period(flow: Flow) -> int:
+    """How often the flow DAG runs: the shortest interval among its metadata sync's enabled parts (topics always
+    are) and its health check. Invariant: at least 1 s; with MM2's defaults, 600 s (one run per 10 minutes)."""
+    intervals = [flow.number("refresh.topics.interval.seconds"), flow.number("mirrorflow.health.interval.seconds")]
     for part in ("sync.topic.configs", "sync.topic.acls"):
         if flow.flag(f"{part}.enabled"):
             intervals.append(flow.number(f"{part}.interval.seconds"))
     return max(1, min(intervals))
+
+
+def checkpoint_window(flow: Flow) -> int:
+    """How long a flow run's checkpoint task runs rounds: its period, at most `mirrorflow.checkpoints.task.seconds`
+    (0: one round), so one run's rounds end before the next run's begin."""
+    return min(flow_period(flow), flow.number("mirrorflow.checkpoints.task.seconds"))

@@ -79,16 +79,18 @@ FLOW_KEYS: tuple[Key, ...] = (
     # Topics whose data loss (source records deleted before the flow read them) stops the flow; by default no
     # topic: the loss is recorded and shown, and the partition goes on from the source's log start.
     Key("mirrorflow.data-loss.fail.topics", "regex-list", ""),
-    # How long one Airflow checkpoint task runs rounds with the same readers (the DAG runs that often).
+    # The longest a flow DAG run's checkpoint task runs rounds with the same readers (it runs them for the run's
+    # period, `deployment.flow_period`, when that is shorter); 0: one round per run.
     Key("mirrorflow.checkpoints.task.seconds", "int", "600"),
     # How long a stream DAG run waits (deferred, in Airflow's triggerer) for its flow to need launching before it
-    # ends; the run after it starts within 30 s. So an idle flow makes one run per this many seconds, and a dead
-    # stream is launched again within one poll (`.poll.seconds`) of the next run.
-    Key("mirrorflow.stream.watch.seconds", "int", "600"),
+    # ends; the run after it starts within 30 s. So a stopped flow, or one whose stream runs elsewhere, makes one
+    # stream run a day, and a stream is launched within one poll (`.poll.seconds`) of being needed.
+    Key("mirrorflow.stream.watch.seconds", "int", "86400"),
     Key("mirrorflow.stream.watch.poll.seconds", "int", "15"),
-    # The scheduled health check (DAG mirrorflow_health__A_to_B, every `.interval.seconds`) fails, so that
-    # Airflow's failure alerts fire, when a flow requested running has had no stream for `.grace.seconds` (its
-    # stream DAG relaunches a dead one within a minute) or is more than `.lag.max.seconds` behind.
+    # The scheduled health check (task `health` of DAG mirrorflow_flow__A_to_B, at least every `.interval.seconds`)
+    # fails, so that Airflow's failure alerts fire, when a flow requested running has had no stream for
+    # `.grace.seconds` (its stream DAG relaunches a dead one within a minute) or is more than `.lag.max.seconds`
+    # behind.
     Key("mirrorflow.health.interval.seconds", "int", "600"),
     Key("mirrorflow.health.grace.seconds", "int", "120"),
     Key("mirrorflow.health.lag.max.seconds", "int", "300"),
@@ -135,7 +137,7 @@ NOT_USED: dict[str, str] = {
     "refresh.groups.interval.seconds": "every checkpoint round lists the source's groups "
                                        "(emit.checkpoints.interval.seconds)",
     "refresh.topics.enabled": "the stream subscribes by pattern: new topics and partitions are read from the next "
-                              "micro-batch; the sync DAG still runs every refresh.topics.interval.seconds",
+                              "micro-batch; the flow DAG still syncs topics every refresh.topics.interval.seconds",
     "tasks.max": "parallelism follows Spark's cores: one task per core, one Kafka reader per source partition",
     "consumer.poll.timeout.ms": "Spark's Kafka source polls on its own schedule (trigger every 100 ms)",
     "admin.timeout.ms": "admin calls wait at most 30 s each, and say which call timed out",

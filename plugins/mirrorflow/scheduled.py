@@ -41,13 +41,13 @@ def _load(config_path: Path) -> config.MirrorConfig:
 
 
 @said_first
-def checkpoint_round(config_path: Path, flow_name: str) -> dict[str, Any]:
-    """Checkpoint rounds every `emit.checkpoints.interval.seconds` for `mirrorflow.checkpoints.task.seconds` (at
-    least one): one reader of the offset syncs and checkpoints for all of them, reading only what is new."""
+def checkpoint_rounds(config_path: Path, flow_name: str, seconds: float) -> dict[str, Any]:
+    """Checkpoint rounds every `emit.checkpoints.interval.seconds` for `seconds` (at least one round): one reader
+    of the offset syncs and checkpoints for all of them, reading only what is new."""
     cfg = _load(config_path)
     flow = cfg.flow(flow_name)
     interval = flow.number("emit.checkpoints.interval.seconds")
-    until = time.monotonic() + flow.number("mirrorflow.checkpoints.task.seconds")
+    until = time.monotonic() + seconds
     rounds = checkpoints.CheckpointRounds(cfg, flow)
     summary: dict[str, Any] = {"flow": flow.name, "rounds": 0}
     try:

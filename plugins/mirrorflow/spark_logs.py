@@ -2,7 +2,22 @@
 job prints (Airflow shows every stderr line of a task as a red error). Set for the local masters mirrorflow starts
 itself; a cluster's own driver options are left alone."""
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TextIO
 
 LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
 LOG4J_OPTION = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"  # a URI: no space for Spark to split on
+
+# What a healthy JVM prints on stderr before any logger is set up: Spark's launcher adds the incubating vector
+# module, and the JVM announces it.
+STARTUP_NOTICES = frozenset({"WARNING: Using incubator modules: jdk.incubator.vector"})
+
+
+def forward_stderr(lines: Iterable[bytes], to: TextIO) -> None:
+    """Copy the JVM's stderr, line by line as it comes, to `to`, all but `STARTUP_NOTICES`."""
+    for raw in lines:
+        line = raw.decode(errors="replace")
+        if line.rstrip("\r\n") not in STARTUP_NOTICES:
+            to.write(line)
+            to.flush()

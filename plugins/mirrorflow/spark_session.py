@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,29 +55,44 @@ def under_spark_submit() -> bool:
 def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") -> SparkSession:
     """A session for one job; under spark-submit, the one spark-submit configured (master, jars)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
+    options = {"spark.ui.showConsoleProgress": "false",
+               "spark.sql.shuffle.partitions": "2",
+               # Spark's Kafka source drops a partition's consumer after 5 idle minutes; making a new one costs a
+               # quarter to most of a second per partition, paid by the first micro-batch after a quiet spell.
+               "spark.kafka.consumer.cache.timeout": "1h",
+               "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas"}
     if not under_spark_submit():
-        builder = (builder.master(master)
-                   .config("spark.jars", ",".join(str(j) for j in kafka_jars()))
-                   .config("spark.driver.memory", driver_memory)
-                   .config("spark.ui.enabled", "false"))
+        options |= {"spark.master": master, "spark.jars": ",".join(str(j) for j in kafka_jars()),
+                    "spark.driver.memory": driver_memory, "spark.ui.enabled": "false"}
         if master.startswith("local"):  # workers run this interpreter, so they can fork from a warm daemon
-            builder = builder.config("spark.python.daemon.module", "mirrorflow.spark_daemon")
-            builder = builder.config("spark.driver.extraJavaOptions", spark_logs.LOG4J_OPTION)
+            options |= {"spark.python.daemon.module": "mirrorflow.spark_daemon",
+                        "spark.driver.extraJavaOptions": spark_logs.LOG4J_OPTION}
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning per job on a loopback hostname
-    spark = (builder
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             # Spark's Kafka source drops a partition's consumer after 5 idle minutes; making a new one costs a
-             # quarter to most of a second per partition, paid by the first micro-batch after a quiet spell.
-             .config("spark.kafka.consumer.cache.timeout", "1h")
-             .config("spark.redaction.regex", "(?i)secret|password|token|access[.]?key|jaas")
-             .getOrCreate())
+            _launch_jvm(options)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark, "ProcessingTimeExecutor")  # "falling behind" on every batch longer than the trigger
     if not master.startswith("local"):
         spark.sparkContext.addPyFile(str(package_zip()))
     return spark
+
+
+def _launch_jvm(options: dict[str, str]) -> None:
+    """Start this process's Spark JVM (once) with its stderr passed through `spark_logs.forward_stderr`, which
+    drops the notices a healthy JVM prints at start-up."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    threading.Thread(target=spark_logs.forward_stderr, args=(gateway.proc.stderr, sys.stderr), daemon=True,
+                     name="spark-jvm-stderr").start()
+    SparkContext._ensure_initialized(gateway=gateway)
 
 
 def warm_python_workers(spark: SparkSession, tasks: int) -> None:

@@ -24,6 +24,7 @@ from mirrorflow import clients, deployment, lifecycle
 from mirrorflow.config import Flow
 
 DECIDE_TIMEOUT_S = 120.0  # one launch decision: a few Kafka reads with their own timeouts
+UNDECIDED_S = 300.0  # how long decisions may fail in a row before the watch ends failed
 
 
 def launch_decision(config_path: Path, flow_name: str) -> tuple[bool, str, Flow]:
@@ -51,13 +52,23 @@ class FlowLaunchTrigger(BaseTrigger):
                                                   "until": self.until, "poll_s": self.poll_s})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        failing_since: float | None = None
         while True:
             try:
                 launch, why, _ = await asyncio.wait_for(
                     asyncio.to_thread(launch_decision, Path(self.config_path), self.flow_name), DECIDE_TIMEOUT_S)
-            except Exception as exc:  # the task, not the triggerer, reports it
-                yield _event({"launch": False, "why": f"cannot decide: {exc!r}", "error": True})
-                return
+                failing_since = None
+            except Exception as exc:
+                # A watch lasts a day: a cluster's brief unavailability must not fail it. The task, not the
+                # triggerer, reports a lasting one.
+                failing_since = failing_since or time.time()
+                if time.time() - failing_since >= UNDECIDED_S:
+                    yield _event({"launch": False, "why": f"cannot decide for {UNDECIDED_S:.0f} s: {exc!r}",
+                                  "error": True})
+                    return
+                self.log.warning("flow %s: cannot decide yet: %r", self.flow_name, exc)
+                await asyncio.sleep(self.poll_s)
+                continue
             if launch or time.time() + self.poll_s > self.until:
                 yield _event({"launch": launch, "why": why})
                 return
@@ -82,7 +93,7 @@ class StreamLaunchCheck(BaseOperator):
         # Airflow's own timeout too: a triggerer that is down must not hold the DAG's one active run for ever.
         self.defer(trigger=FlowLaunchTrigger(str(self.config_path), self.flow_name, time.time() + wait_s, poll_s),
                    method_name="execute_complete",
-                   timeout=timedelta(seconds=wait_s + 2 * poll_s + DECIDE_TIMEOUT_S + 60))
+                   timeout=timedelta(seconds=wait_s + 2 * poll_s + DECIDE_TIMEOUT_S + UNDECIDED_S + 60))
         raise AssertionError("defer raises")  # pragma: no cover
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> str:
