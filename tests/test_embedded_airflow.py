@@ -171,6 +171,36 @@ def test_a_newcomer_in_a_browser_sees_no_failed_run_reads_the_lag_and_runs_the_f
     print(f"screenshots in {tmp_path}")
 
 
+def _finished_run(dag_id: str) -> dict[str, object] | None:
+    _, runs = local_airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=5")
+    return next((r for r in runs["dag_runs"] if r["state"] in ("success", "failed")), None)
+
+
+def _log_levels(dag_id: str, run_id: str) -> dict[str, list[str]]:
+    """Each task's log lines at warning level or above, as `level: event`."""
+    run = quote(run_id, safe="")
+    _, tis = local_airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances")
+    found = {}
+    for ti in tis["task_instances"]:
+        _, log = local_airflow.api(
+            "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{ti['task_id']}/logs/{max(1, ti['try_number'])}")
+        found[ti["task_id"]] = [f"{e.get('level')}: {e.get('event')}" for e in log.get("content", [])
+                                if isinstance(e, dict) and e.get("level") in ("warning", "error", "critical")]
+    return found
+
+
+def test_a_quiet_flows_scheduled_runs_succeed_and_their_task_logs_carry_no_error_or_warning(
+        embedded: tuple[Path, config.MirrorConfig, list[str]]) -> None:
+    # The flow DAG (health, sync, checkpoint rounds) and the audit, whose Spark JVM's start-up notices are filtered.
+    for dag_id in ("mirrorflow_flow__home_to_away", "mirrorflow_audit__home_to_away"):
+        wait_for(lambda d=dag_id: _finished_run(d) is not None, 300, f"a finished run of {dag_id}")
+        run = _finished_run(dag_id)
+        assert run is not None and run["state"] == "success", run
+        levels = _log_levels(dag_id, str(run["dag_run_id"]))
+        print(f"{dag_id}: tasks {sorted(levels)}")
+        assert levels and not any(levels.values()), levels
+
+
 @pytest.mark.parametrize("answer", ["Approve", "Reject"])
 def test_a_rehearsal_asks_for_approval_and_the_answer_given_through_the_rest_api_changes_nothing(
         embedded: tuple[Path, config.MirrorConfig, list[str]], answer: str) -> None:

@@ -77,6 +77,10 @@ def environment(project: Path, config_path: Path) -> dict[str, str]:
         "MIRRORFLOW_HOME": str(local.home()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "PYSPARK_PYTHON": sys.executable,
+        # Airflow 3.3 reads ignore files with a pathspec pattern class that pathspec 1 deprecates: one warning in
+        # every task log otherwise (mypy needs pathspec 1, so it cannot be pinned lower).
+        "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"),
+                                                 "ignore:GitWildMatchPattern:DeprecationWarning"])),
     }
 
 
