@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint browser bench bench-batch bench-state bench-fence bench-eos stop clean
+.PHONY: setup demo test lint browser toxiproxy bench bench-batch bench-state bench-fence bench-eos stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -44,7 +44,17 @@ browser:
 	@command -v chromium >/dev/null || { echo "installing Debian's Chromium for the browser test"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-test: setup lint browser
+# Toxiproxy (network faults between the mirror and its clusters) built from the Go module proxy with `go install`.
+TOXIPROXY := .mirrorflow/bin/toxiproxy-server
+TOXIPROXY_VERSION := v2.5.0
+toxiproxy: $(TOXIPROXY)
+$(TOXIPROXY):
+	@command -v go >/dev/null || { echo "installing Go (Debian) to build Toxiproxy"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq golang-go; }
+	GOBIN=$(abspath .mirrorflow/bin/go) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
+	mv .mirrorflow/bin/go/server $@ && rmdir .mirrorflow/bin/go
+
+test: setup lint browser toxiproxy
 	$(BIN)/pytest
 
 # MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd) vs Kafka's perf tools, one run (about 30 minutes, 11 of them

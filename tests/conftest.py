@@ -24,11 +24,13 @@ def repo() -> Path:
 
 @pytest.fixture(scope="session")
 def cluster_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A private MIRRORFLOW_HOME for the session's brokers; the jar cache is shared with the repo's."""
+    """A private MIRRORFLOW_HOME for the session's brokers; the jar cache and Toxiproxy are the repo's."""
     home = tmp_path_factory.mktemp("mirrorflow-home")
-    saved = {k: os.environ.get(k) for k in ("MIRRORFLOW_HOME", "MIRRORFLOW_JAR_CACHE", "GAMMA_PASSWORD")}
+    saved = {k: os.environ.get(k) for k in ("MIRRORFLOW_HOME", "MIRRORFLOW_JAR_CACHE", "MIRRORFLOW_TOXIPROXY",
+                                            "GAMMA_PASSWORD")}
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
+    os.environ.setdefault("MIRRORFLOW_TOXIPROXY", str(REPO / ".mirrorflow" / "bin" / "toxiproxy-server"))
     os.environ["GAMMA_PASSWORD"] = secrets.token_urlsafe(12)
     yield dict(os.environ)
     for k, v in saved.items():

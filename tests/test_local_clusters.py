@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -13,7 +16,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
+    ConfigResource,
     NewTopic,
+    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -157,3 +162,64 @@ def test_a_generated_cluster_id_never_reads_as_an_option() -> None:
 
     ids = [_cluster_id() for _ in range(5000)]  # about 1 in 64 raw ids starts with "-"
     assert all(not i.startswith("-") and len(i) == 22 for i in ids)
+
+
+def _rss_mib(pid: int) -> float:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024
+
+
+def test_a_three_broker_cluster_has_a_quorum_of_three_and_survives_losing_any_node(cluster_env: dict[str, str]
+                                                                                  ) -> None:
+    ports = (25500, 25502, 25504)
+    bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports)
+    cfg = config.from_text(f"clusters = trio\ntrio.bootstrap.servers = {bootstrap}\n")
+    brokers = local.local_brokers(cfg)
+    assert [b.quorum for b in brokers] == ["1@127.0.0.1:25501,2@127.0.0.1:25503,3@127.0.0.1:25505"] * 3
+    began = time.monotonic()
+    try:
+        local.up(cfg)
+        up_s = time.monotonic() - began
+        pids = [s.pid for s in local.status(cfg)]
+        print(f"\nthree brokers up in {up_s:.1f} s, RSS {sum(_rss_mib(p) for p in pids if p):.0f} MiB")
+        admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+        assert len(admin.describe_cluster().result(30).nodes) == 3
+        admin.create_topics([NewTopic("trio-t", 3)])["trio-t"].result(30)  # the brokers' default replication
+        time.sleep(1)
+        partitions = admin.list_topics("trio-t", timeout=30).topics["trio-t"].partitions
+        assert all(len(p.replicas) == 3 for p in partitions.values())
+        assert admin.describe_configs([ConfigResource(ResourceType.TOPIC, "trio-t")])[
+            ConfigResource(ResourceType.TOPIC, "trio-t")].result(30)["min.insync.replicas"].value == "2"
+        # node 1 is a controller and leads some partitions: losing it leaves a quorum and two in-sync replicas
+        controller = admin.describe_cluster().result(30).controller.id
+        victim = next(b for b in brokers if b.node_id == controller)
+        os.kill(local.status(cfg)[brokers.index(victim)].pid or 0, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if admin.describe_cluster().result(10).controller.id not in (None, controller):
+                    break
+            except (KafkaException, TimeoutError):  # a request to the dead node
+                pass
+            time.sleep(0.5)
+        sent = roundtrip({"bootstrap.servers": bootstrap, **QUIET}, "trio-t", count=60)
+        assert len(sent) == 60
+        local.up(cfg)  # the lost node comes back and catches up
+        assert all(s.running and s.reachable for s in local.status(cfg))
+    finally:
+        local.down(cfg, purge=True)
+
+
+def test_a_cluster_keeps_the_quorum_it_was_created_with(cluster_env: dict[str, str]) -> None:
+    one = config.from_text("clusters = solo\nsolo.bootstrap.servers = 127.0.0.1:25510\n")
+    three = config.from_text("clusters = solo\nsolo.bootstrap.servers = "
+                             "127.0.0.1:25510,127.0.0.1:25512,127.0.0.1:25514\n")
+    try:
+        local.up(one)
+        local.down(one)
+        with pytest.raises(LocalClusterError, match=re.escape("created with the controller quorum 1@127.0.0.1:25511, "
+                                                              "this config gives 1@127.0.0.1:25511,2@")):
+            local.up(three)
+        assert not any(s.running for s in local.status(three))
+    finally:
+        local.down(three, purge=True)

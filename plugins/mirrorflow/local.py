@@ -1,9 +1,12 @@
 """Real local Kafka clusters: KRaft brokers for every alias bootstrapped on localhost.
 
-One broker per bootstrap address, in order: the first (node 1) is broker and controller, its controller
-listening on its port + 1; every further address is a broker-only node (node 2, 3, ...) of the same
-cluster. Everything node 1 owns lives under `{home}/local/{alias}/` (its config, data, log and pid file),
-node N's under `{home}/local/{alias}/node-N/`.
+One broker per bootstrap address, in order (node 1, 2, ...). A cluster of one or two addresses has one
+controller, node 1; a cluster of three or more has a quorum of three, nodes 1 to 3, so it survives the loss of
+any one node. A controller listens on its broker port + 1. With three or more brokers, the brokers' own topics
+(group offsets, transactions) and topics created without a replication factor get three replicas and
+`min.insync.replicas=2`: a production-like cluster. Everything node 1 owns lives under `{home}/local/{alias}/`
+(its config, data, log and pid file), node N's under `{home}/local/{alias}/node-N/`. `up(..., proxied=...)` gives
+each node of a plain cluster a second listener advertised at a proxy's port (`netfaults`: network faults).
 
 Invariants:
   A. `up` is idempotent: an alias whose broker runs (pid alive, started from our config) is left alone;
@@ -13,7 +16,9 @@ Invariants:
      super user's password is the one the config gives that alias, else a generated one kept in a
      0600 file beside the broker, and never printed (secure clusters have one broker);
   E. every node of a cluster is formatted with node 1's cluster id; `down` of an alias stops every node
-     found in its folder, also those a config that names fewer addresses left running.
+     found in its folder, also those a config that names fewer addresses left running;
+  F. a cluster keeps the controller quorum it was formatted with: a config that would change it is refused
+     with the command that recreates the cluster.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mirrorflow import maven
@@ -42,6 +47,7 @@ LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 HEAP = os.environ.get("MIRRORFLOW_BROKER_HEAP", "384m")
 START_TIMEOUT_S = float(os.environ.get("MIRRORFLOW_BROKER_START_TIMEOUT", "90"))
 SUPER_USER = "admin"
+QUORUM_SIZE = 3  # controllers of a cluster with at least this many brokers; below it, node 1 alone
 
 
 def home() -> Path:
@@ -61,16 +67,27 @@ class LocalBroker:
     secure: bool
     folder: Path
     node_id: int = 1
-    controller: tuple[str, int] | None = None  # node 1's (host, controller port), for nodes 2, 3, ...
+    voters: tuple[tuple[int, str, int], ...] = ()  # the cluster's controllers: (node id, host, controller port)
+    brokers: int = 1  # how many brokers the cluster has
+    proxied: tuple[int, int] | None = None  # a second listener's (port, advertised port): a proxy's, for faults
 
     @property
     def controller_port(self) -> int:
         return self.port + 1
 
     @property
+    def is_controller(self) -> bool:
+        return any(node == self.node_id for node, _, _ in self.voters) or not self.voters
+
+    @property
     def quorum(self) -> str:
-        host, port = self.controller or (self.host, self.controller_port)
-        return f"1@{host}:{port}"
+        return ",".join(f"{node}@{host}:{port}" for node, host, port in self.voters or
+                        ((1, self.host, self.controller_port),))
+
+    @property
+    def replicas(self) -> int:
+        """Replicas of the brokers' own topics and of topics created without a replication factor."""
+        return QUORUM_SIZE if self.brokers >= QUORUM_SIZE else 1
 
     @property
     def pid_file(self) -> Path:
@@ -103,12 +120,14 @@ class BrokerStatus:
                 "secure": self.secure, "reachable": self.reachable}
 
 
-def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False) -> list[LocalBroker]:
-    """The brokers this config asks for: aliases whose every bootstrap address is on localhost."""
+def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False,
+                  proxied: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[LocalBroker]:
+    """The brokers this config asks for: aliases whose every bootstrap address is on localhost. `proxied` gives an
+    alias's nodes, in order, a second listener (port, advertised port) for a proxy in front of it (netfaults)."""
     wanted = list(aliases)
     for a in wanted:
         config.cluster(a)
-    out = []
+    out: list[LocalBroker] = []
     for alias, cluster in config.clusters.items():
         if wanted and alias not in wanted:
             continue
@@ -123,13 +142,20 @@ def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: 
         if is_secure and len(addresses) > 1:
             raise LocalClusterError(f"cluster {alias!r}: a secure local cluster has one broker; give "
                                     "bootstrap.servers one address")
-        (host, port), folder = addresses[0], home() / "local" / alias
-        if any(p == port + 1 for _, p in addresses[1:]):
-            raise LocalClusterError(f"cluster {alias!r}: port {port + 1} is the first broker's controller port; give "
-                                    "the other brokers other ports")
-        out.append(LocalBroker(alias, host, port, is_secure, folder))
-        out.extend(LocalBroker(alias, h, p, False, folder / f"node-{n}", n, (host, port + 1))
-                   for n, (h, p) in enumerate(addresses[1:], start=2))
+        folder = home() / "local" / alias
+        voters = tuple((n, h, p + 1) for n, (h, p) in
+                       enumerate(addresses[:QUORUM_SIZE if len(addresses) >= QUORUM_SIZE else 1], start=1))
+        taken = {p for _, p in addresses}
+        for node, _, controller_port in voters:
+            if controller_port in taken:
+                raise LocalClusterError(f"cluster {alias!r}: port {controller_port} is node {node}'s controller port "
+                                        "(its broker port + 1); give the brokers other ports")
+        second = list((proxied or {}).get(alias, ()))
+        if second and (is_secure or len(second) != len(addresses)):
+            raise LocalClusterError(f"cluster {alias!r}: a proxied listener needs a plain cluster and one per broker")
+        out.extend(LocalBroker(alias, h, p, is_secure, folder if n == 1 else folder / f"node-{n}", n, voters,
+                               len(addresses), second[n - 1] if second else None)
+                   for n, (h, p) in enumerate(addresses, start=1))
     return out
 
 
@@ -145,9 +171,10 @@ def _local_addresses(cluster: Cluster) -> list[tuple[str, int]]:
     return parsed
 
 
-def up(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False) -> list[BrokerStatus]:
+def up(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False,
+       proxied: Mapping[str, Sequence[tuple[int, int]]] | None = None) -> list[BrokerStatus]:
     """Start every local broker that is not running yet and wait until each serves requests."""
-    brokers = local_brokers(config, aliases, secure=secure)
+    brokers = local_brokers(config, aliases, secure=secure, proxied=proxied)
     if not brokers:
         raise LocalClusterError("no cluster in the config has its bootstrap.servers on localhost")
     _require_java()
@@ -227,7 +254,9 @@ def _port_open(host: str, port: int) -> bool:
 
 
 def _check_ports_free(b: LocalBroker) -> None:
-    for port, role in ((b.port, "broker"), (b.controller_port, "controller"))[:2 if b.node_id == 1 else 1]:
+    ports = [(b.port, "broker"), *([(b.controller_port, "controller")] if b.is_controller else []),
+             *([(b.proxied[0], "proxied listener")] if b.proxied else [])]
+    for port, role in ports:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
             # As the JVM does: TIME_WAIT leftovers of earlier clients do not make a port busy.
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -273,25 +302,30 @@ def _jaas_value(text: str) -> str:
 def _server_properties(b: LocalBroker, creds: tuple[str, str] | None) -> str:
     data = b.folder / "data"
     lines = [
-        f"process.roles={'broker,controller' if b.node_id == 1 else 'broker'}", f"node.id={b.node_id}",
+        f"process.roles={'broker,controller' if b.is_controller else 'broker'}", f"node.id={b.node_id}",
         f"controller.quorum.voters={b.quorum}",
         "controller.listener.names=CONTROLLER",
         f"log.dirs={data}", "num.partitions=1", "auto.create.topics.enable=false",
-        "offsets.topic.replication.factor=1", "offsets.topic.num.partitions=10",
-        "transaction.state.log.replication.factor=1", "transaction.state.log.min.isr=1",
-        "transaction.state.log.num.partitions=4",
-        "share.coordinator.state.topic.replication.factor=1", "share.coordinator.state.topic.min.isr=1",
+        f"default.replication.factor={b.replicas}", f"min.insync.replicas={min(2, b.replicas)}",
+        f"offsets.topic.replication.factor={b.replicas}", "offsets.topic.num.partitions=10",
+        f"transaction.state.log.replication.factor={b.replicas}",
+        f"transaction.state.log.min.isr={min(2, b.replicas)}", "transaction.state.log.num.partitions=4",
+        f"share.coordinator.state.topic.replication.factor={b.replicas}",
+        f"share.coordinator.state.topic.min.isr={min(2, b.replicas)}",
         "group.initial.rebalance.delay.ms=0", "log.segment.bytes=67108864",
         "log.cleaner.dedupe.buffer.size=8388608", "log.cleaner.backoff.ms=2000",
         "num.network.threads=2", "num.io.threads=4",
         "message.max.bytes=10485760", "replica.fetch.max.bytes=10485760",
     ]
     if creds is None:
-        controller = f",CONTROLLER://{b.host}:{b.controller_port}" if b.node_id == 1 else ""
+        controller = f",CONTROLLER://{b.host}:{b.controller_port}" if b.is_controller else ""
+        proxied, advertised = (f",PROXIED://{b.host}:{b.proxied[0]}", f",PROXIED://{b.host}:{b.proxied[1]}"
+                               ) if b.proxied else ("", "")
         lines += [
-            f"listeners=PLAINTEXT://{b.host}:{b.port}{controller}",
-            f"advertised.listeners=PLAINTEXT://{b.host}:{b.port}",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"listeners=PLAINTEXT://{b.host}:{b.port}{controller}{proxied}",
+            f"advertised.listeners=PLAINTEXT://{b.host}:{b.port}{advertised}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,PROXIED:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
         ]
         return "\n".join(lines) + "\n"
     user, password = (_jaas_value(c) for c in creds)
@@ -344,6 +378,13 @@ def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
         was = "secure" if state.get("secure") else "not secure"
         raise LocalClusterError(f"cluster {b.alias!r} was created {was}; run `mirrorflow local down "
                                 f"--purge {b.alias}` to recreate it")
+    # The cluster's quorum is the one node 1 was formatted with (before it was recorded: node 1 alone).
+    node_1 = _read_state(replace(b, folder=b.folder if b.node_id == 1 else b.folder.parent))
+    formatted_with = node_1.get("quorum", b.quorum.split(",")[0]) if node_1 else b.quorum
+    if formatted_with != b.quorum:
+        raise LocalClusterError(f"cluster {b.alias!r} was created with the controller quorum {formatted_with}, "
+                                f"this config gives {b.quorum}; run `mirrorflow local down --purge {b.alias}` "
+                                "to recreate it")
     creds = _credentials(b, cluster) if b.secure else None
     b.config_file.write_text(_server_properties(b, creds))
     b.config_file.chmod(0o600)
@@ -359,7 +400,7 @@ def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
     if proc.returncode != 0:
         tail = " | ".join(proc.stdout.strip().splitlines()[-2:] + proc.stderr.strip().splitlines()[-2:])
         raise LocalClusterError(f"cluster {b.alias!r}: formatting the storage failed: {tail}")
-    (b.folder / "state.json").write_text(json.dumps({"secure": b.secure, "port": b.port}))
+    (b.folder / "state.json").write_text(json.dumps({"secure": b.secure, "port": b.port, "quorum": b.quorum}))
 
 
 def _formatted_cluster_id(node_1: Path) -> str:
