@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import io
 import os
+from pathlib import Path
 
 from mirrorflow import spark_logs
 from mirrorflow.spark_session import local_cores
@@ -18,10 +18,17 @@ def test_local_masters_name_their_cores_and_other_masters_none() -> None:
     assert local_cores("yarn") is None
 
 
-def test_the_jvm_stderr_keeps_every_line_but_the_start_up_notices() -> None:
+def test_the_jvm_stderr_keeps_every_line_but_the_start_up_notices(tmp_path: Path) -> None:
     jvm = [b"WARNING: Using incubator modules: jdk.incubator.vector\n", b"26/11/25 WARN Utils: real warning\n",
            b"Exception in thread \"main\" java.lang.OutOfMemoryError\xff\n", b"no newline at the end"]
-    out = io.StringIO()
-    spark_logs.forward_stderr(jvm, out)
-    assert out.getvalue() == ("26/11/25 WARN Utils: real warning\n"
-                              "Exception in thread \"main\" java.lang.OutOfMemoryError\ufffd\nno newline at the end")
+    with open(tmp_path / "stderr", "wb") as out:
+        spark_logs.forward_stderr(jvm, out.fileno())
+    assert (tmp_path / "stderr").read_bytes() == (b"26/11/25 WARN Utils: real warning\n"
+                                                  b"Exception in thread \"main\" java.lang.OutOfMemoryError\xff\n"
+                                                  b"no newline at the end")
+
+
+def test_the_jvm_stderr_is_read_to_its_end_when_the_copy_cannot_be_written() -> None:
+    lines = iter([b"one\n", b"two\n", b"three\n"])
+    spark_logs.forward_stderr(lines, 987654)  # not an open descriptor
+    assert next(lines, None) is None

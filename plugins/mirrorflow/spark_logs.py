@@ -2,9 +2,10 @@
 job prints (Airflow shows every stderr line of a task as a red error). Set for the local masters mirrorflow starts
 itself; a cluster's own driver options are left alone."""
 
+import contextlib
+import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TextIO
 
 LOG4J_CONFIG = Path(__file__).resolve().parent / "log4j2.properties"
 LOG4J_OPTION = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"  # a URI: no space for Spark to split on
@@ -14,10 +15,11 @@ LOG4J_OPTION = f"-Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"  # a URI: n
 STARTUP_NOTICES = frozenset({"WARNING: Using incubator modules: jdk.incubator.vector"})
 
 
-def forward_stderr(lines: Iterable[bytes], to: TextIO) -> None:
-    """Copy the JVM's stderr, line by line as it comes, to `to`, all but `STARTUP_NOTICES`."""
+def forward_stderr(lines: Iterable[bytes], fd: int) -> None:
+    """Copy the JVM's stderr, line by line as it comes, to file descriptor `fd`, all but `STARTUP_NOTICES`. Reads to
+    the end whatever happens to `fd`: a JVM whose stderr pipe fills up blocks."""
     for raw in lines:
-        line = raw.decode(errors="replace")
-        if line.rstrip("\r\n") not in STARTUP_NOTICES:
-            to.write(line)
-            to.flush()
+        if raw.decode(errors="replace").rstrip("\r\n") in STARTUP_NOTICES:
+            continue
+        with contextlib.suppress(OSError):
+            os.write(fd, raw)

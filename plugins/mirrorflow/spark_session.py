@@ -90,7 +90,8 @@ def _launch_jvm(options: dict[str, str]) -> None:
         return
     conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
     gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
-    threading.Thread(target=spark_logs.forward_stderr, args=(gateway.proc.stderr, sys.stderr), daemon=True,
+    # Where the JVM's stderr went when it inherited it: this process's stderr at launch.
+    threading.Thread(target=spark_logs.forward_stderr, args=(gateway.proc.stderr, os.dup(2)), daemon=True,
                      name="spark-jvm-stderr").start()
     SparkContext._ensure_initialized(gateway=gateway)
 
