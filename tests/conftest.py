@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,3 +130,11 @@ def own_broker(cfg: config.MirrorConfig, alias: str) -> Iterator[None]:
         yield
     finally:
         local.down(cfg, [alias], purge=True)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Airflow reads its configuration at its first import: a test module that imports it at collection would make
+    # every Airflow test of the session run against the default home (~/airflow), not `airflow_home`.
+    if any(m == "airflow" or m.startswith("airflow.") for m in sys.modules):
+        raise pytest.UsageError("a test module imported Airflow at collection; import it inside the test, after the "
+                                "airflow_home fixture")
