@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (
     AdminClient,
     ConfigResource,
@@ -26,6 +26,7 @@ from confluent_kafka.admin import (
 from mirrorflow import config, local
 from mirrorflow.client_config import to_librdkafka
 from mirrorflow.errors import LocalClusterError
+from streams import record_counts
 
 pytestmark = pytest.mark.kafka
 QUIET = {"log_level": 0, "logger": lambda *a: None}  # keep expected auth failures out of the output
@@ -164,15 +165,6 @@ def test_a_generated_cluster_id_never_reads_as_an_option() -> None:
     assert all(not i.startswith("-") and len(i) == 22 for i in ids)
 
 
-def _records(bootstrap: str, topic: str, partitions: int) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}", **QUIET})
-    try:
-        marks = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)]
-        return sum(high - low for low, high in marks)
-    finally:
-        consumer.close()
-
-
 def _rss_mib(pid: int) -> float:
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
     return int(fields["VmRSS"].split()[0]) / 1024
@@ -228,7 +220,7 @@ def test_a_three_broker_cluster_has_a_quorum_of_three_and_survives_losing_any_no
         for i in range(60):
             producer.produce("trio-t", f"v{i}".encode(), partition=i % 3)
         assert producer.flush(90) == 0  # every write taken by two in-sync replicas
-        assert _records(survivors, "trio-t", 3) == 60
+        assert sum(record_counts(survivors, "trio-t")) == 60
         local.up(cfg)  # the lost node comes back and catches up
         assert all(s.running and s.reachable for s in local.status(cfg))
     finally:

@@ -98,6 +98,6 @@ def test_a_source_link_cut_for_60_s_stalls_the_flow_visibly_and_it_resumes_with_
         assert stream.alive(), stream.output()[-3000:]
         assert stream.stop() == 0
     finally:
-        links.clear("src")
+        links.restore("src")
         if stream.alive():
             stream.stop()

@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,33 +91,6 @@ class Toxiproxy:
 
     def restore(self, name: str) -> None:
         self._call("POST", f"/proxies/{name}", {"enabled": True})
-
-    def latency(self, name: str, ms: int, jitter_ms: int = 0, stream: str = "downstream") -> None:
-        """Delay every byte by `ms` (± `jitter_ms`) in one direction ("upstream": towards the broker)."""
-        self._toxic(name, f"latency_{stream}", "latency", stream, {"latency": ms, "jitter": jitter_ms})
-
-    def bandwidth(self, name: str, kib_per_s: int, stream: str = "downstream") -> None:
-        self._toxic(name, f"bandwidth_{stream}", "bandwidth", stream, {"rate": kib_per_s})
-
-    def reset_peers(self, name: str) -> None:
-        """Close every connection open through the link; it takes new ones at once."""
-        self.cut(name)
-        self.restore(name)
-
-    def clear(self, name: str) -> None:
-        """Remove every toxic from the link and enable it."""
-        for toxic in self._call("GET", f"/proxies/{name}/toxics") or []:
-            self._call("DELETE", f"/proxies/{name}/toxics/{toxic['name']}")
-        self.restore(name)
-
-    def _toxic(self, name: str, toxic: str, kind: str, stream: str, attributes: dict[str, int]) -> None:
-        body = {"name": toxic, "type": kind, "stream": stream, "toxicity": 1.0, "attributes": attributes}
-        try:
-            self._call("POST", f"/proxies/{name}/toxics", body)
-        except urllib.error.HTTPError as exc:
-            if exc.code != 409:  # already there: change its attributes
-                raise
-            self._call("POST", f"/proxies/{name}/toxics/{toxic}", body)
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
