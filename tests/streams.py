@@ -187,6 +187,8 @@ class SteadyProducer:
                  keyed: bool = False, pause_every: int = 500) -> None:
         self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
         self.limit, self.keyed, self.pause_every = limit, keyed, pause_every
+        self.acknowledged: list[bytes] = []  # values the brokers took, in no particular order
+        self.failed: list[str] = []  # delivery errors: a record the test must not count as produced
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run)
 
@@ -198,13 +200,19 @@ class SteadyProducer:
         self._stop.set()
         self._thread.join()
 
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is None:
+            self.acknowledged.append(message.value())
+        else:
+            self.failed.append(str(error))
+
     def _run(self) -> None:
         p, i = producer(self.bootstrap), 0
         while not self._stop.is_set() and (self.limit is None or i < self.limit):
             p.produce(self.topic, f"r{i}".encode(), f"k{i}".encode() if self.keyed else None,
-                      partition=i % self.partitions)
+                      partition=i % self.partitions, on_delivery=self._delivered)
             i += 1
             if i % self.pause_every == 0:
                 p.poll(0)
                 time.sleep(0.05)
-        p.flush(30)
+        p.flush(120)

@@ -112,3 +112,48 @@ def test_a_progress_line_is_due_when_the_stream_changes_state_not_when_records_k
     assert metrics.progress_shape(fm.snapshot()) == quiet  # more records, same state: no line of its own
     fm.set_state("stopped")
     assert metrics.progress_shape(fm.snapshot()) != quiet
+
+
+partition_runs = st.lists(st.tuples(st.lists(st.integers(0, 10_000), max_size=30), st.integers(0, 30),
+                                    st.integers(0, 10_000)), min_size=1, max_size=4)
+
+
+@given(partition_runs, st.integers(1, 10_000))
+def test_every_record_created_before_mirrored_through_is_mirrored(runs: list[tuple[list[int], int, int]],
+                                                                  planned_ms: int) -> None:
+    # Per partition: record creation times (ms), how many of those the batch planned at `planned_ms` (and reading
+    # everything available) left unwritten (a paused partition), and when Spark last looked at the source end.
+    parts, mirrored_counts, created = [], [], []
+    for times, behind, seen_ms in runs:
+        times = sorted(times)
+        planned = sum(1 for t in times if t < planned_ms)
+        mirrored = max(planned - behind, 0)
+        parts.append(metrics.PartitionMetrics(
+            mirrored_next=mirrored if times else -1, source_end=max(sum(1 for t in times if t < seen_ms), planned),
+            last_timestamp=times[mirrored - 1] if mirrored else -1))
+        mirrored_counts.append(mirrored)
+        created.append(times)
+    through = metrics.mirrored_through(parts, planned_ms / 1000)
+    if through is None:
+        return
+    for times, mirrored in zip(created, mirrored_counts, strict=True):
+        assert all(i < mirrored for i, t in enumerate(times) if t < through * 1000)
+
+
+def test_mirrored_through_is_unknown_before_a_complete_batch_and_holds_back_for_a_partition_behind() -> None:
+    behind = metrics.PartitionMetrics(mirrored_next=5, source_end=9, last_timestamp=4_000)
+    level = metrics.PartitionMetrics(mirrored_next=7, source_end=7, last_timestamp=6_000)
+    assert metrics.mirrored_through([behind, level], None) is None
+    assert metrics.mirrored_through([level], 9.5) == 9.5
+    assert metrics.mirrored_through([behind, level], 9.5) == 4.0
+
+
+def test_a_batch_is_a_stall_after_five_times_the_recent_mean_and_never_before_five_seconds() -> None:
+    from mirrorflow.stream import stall_after_s
+
+    assert stall_after_s(0.0) == stall_after_s(400.0) == 5.0
+    assert stall_after_s(3000.0) == 15.0
+    flow = metrics.FlowMetrics("a->b", "a", "b")
+    for ms in (1000.0, 3000.0):
+        flow.observe_batch_time(ms, ms / 2)
+    assert flow.batch_ms_mean() == 2000.0

@@ -3,8 +3,8 @@
 The module's deployment calls the session's brokers `primary` (alpha) and `backup` (beta), with flows both
 ways over topics `dr.*` and groups `dr-.*`. Tests run in file order: the stream DAG launches the flow, a bad
 request changes nothing, the planned failover moves group `dr-app` to the backup, the failback brings it home
-with what was produced on the backup meanwhile. The unplanned failover has a broker of its own (`lost`), which
-it stops.
+with what was produced on the backup meanwhile. The unplanned failover (a data center lost) is a drill on
+three-broker clusters in test_drills.py.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from conftest import PORTS, deployment, own_broker
-from mirrorflow import checkpoints, clients, config, flow_lease, lifecycle, local, metrics
+from conftest import PORTS, deployment
+from mirrorflow import clients, config, flow_lease, lifecycle, metrics
 from streams import (
     QUIET,
-    StreamProcess,
     create_topic,
     end_offsets,
     producer,
@@ -38,7 +37,6 @@ from streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 PRIMARY = f"127.0.0.1:{PORTS['alpha']}"
 BACKUP = f"127.0.0.1:{PORTS['beta']}"
-LOST_PORT = 25592
 TOPIC, PARTITIONS, PER_PARTITION = "dr.orders", 3, 200
 GROUP = "dr-app"
 
@@ -331,53 +329,3 @@ def test_the_control_and_health_dags_fail_when_a_flow_requested_running_has_no_s
     assert state == "failed" and tasks["health"] == "failed"
     state, tasks, _ = _run_dag(dr, "mirrorflow_flow__backup_to_primary", {}, only="health")
     assert state == "success"  # stopped as requested: healthy
-
-
-# -- unplanned failover -------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def lost(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPathFactory
-         ) -> Iterator[tuple[Path, config.MirrorConfig]]:
-    work = tmp_path_factory.mktemp("lost")
-    path = work / "mirror.properties"
-    path.write_text(_config("primary, backup, spare, lost",
-                            f"lost.bootstrap.servers = 127.0.0.1:{LOST_PORT}\nlost->backup.enabled = true\n"))
-    cfg = config.load(path)
-    with own_broker(cfg, "lost"):
-        yield path, cfg
-
-
-def test_unplanned_failover_with_the_source_down_commits_the_newest_checkpoints_and_reports_the_rpo(
-        lost: tuple[Path, config.MirrorConfig], dr: Deployment) -> None:
-    path, cfg = lost
-    bootstrap = f"127.0.0.1:{LOST_PORT}"
-    create_topic(bootstrap, "dr.lost", 2)
-    p = producer(bootstrap)
-    for i in range(300):
-        p.produce("dr.lost", f"l{i}".encode(), partition=i % 2)
-    p.flush(30)
-    consumed = _consume(bootstrap, "dr-lost", ["dr.lost"], limit={("dr.lost", 0): 40, ("dr.lost", 1): 60}, partitions=2)
-    stream = StreamProcess(path, "lost->backup", dr.work / "lost-stream")
-    stream.start()
-    wait_for(lambda: record_counts(BACKUP, "lost.dr.lost") == [150, 150], 240, "dr.lost mirrored", stream)
-    flow = cfg.flow("lost->backup")
-    checkpoints.run_round(cfg, flow)
-    wait_for(lambda: (metrics.read_status(metrics.status_file(flow)) or {}).get("record-count", 0) == 300, 60,
-             "the stream's status", stream)
-    stream.kill9()
-    for i in range(300, 350):  # written after the mirror's last view and never mirrored: lost with the cluster
-        p.produce("dr.lost", f"l{i}".encode(), partition=i % 2)
-    p.flush(30)
-    del p  # its client would retry the stopped broker for the rest of the session
-    local.down(cfg, ["lost"])
-
-    dr_lost = Deployment(path, cfg, dr.work, dr.airflow_db)
-    state, tasks, report = _run_dag(dr_lost, "mirrorflow_failover", {
-        "source": "lost", "target": "backup", "groups": "dr-lost", "mode": "unplanned", "switch_flows": False,
-        "dry_run": False, "require_approval": False})
-    assert state == "success", tasks
-    print("\n" + report["markdown"])
-    assert report["rpo"]["measured"] is False and "unknown" in report["rpo"]["note"]
-    assert report["partitions"] == 2 and "offsets: the newest checkpoints on backup" in report["markdown"]
-    on_backup = _consume(BACKUP, "dr-lost", ["lost.dr.lost"], partitions=2)
-    assert sorted(on_backup) == sorted({f"l{i}".encode() for i in range(300)} - set(consumed))

@@ -78,7 +78,7 @@ def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None) -> list[d
             row["error"] = str(exc)
         status = metrics.read_status(metrics.status_file(flow)) or {}
         fresh = time.time() - float(status.get("updated", 0)) < STATUS_FRESH_S  # a killed driver leaves "running"
-        if row.get("running") and fresh and status.get("state") == "running" and status.get("spark-ui"):
+        if row.get("running") and fresh and status.get("state") in ("running", "stalled") and status.get("spark-ui"):
             row["spark_ui"] = status["spark-ui"]
         rows.append(row)
     return rows

@@ -282,9 +282,14 @@ def describe(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> GroupDes
     group = group_of(flow)
     deadline = time.monotonic() + timeout_s
     while True:
+        wait = max(deadline - time.monotonic(), 1.0)
         try:
-            future = admin.describe_consumer_groups([group])[group]
-            description = future.result(timeout=max(deadline - time.monotonic(), 1.0))
+            # One request at a time, timed out by librdkafka itself, and only once the cluster answers at all:
+            # during a 60 s target outage, abandoned requests waiting for a coordinator piled up and, when the
+            # target came back, the process died in a librdkafka assertion (enq_once refcnt).
+            admin.list_topics(timeout=min(wait, 5.0))
+            future = admin.describe_consumer_groups([group], request_timeout=wait)[group]
+            description = future.result(timeout=wait + 5.0)
             return GroupDescription(description.state == ConsumerGroupState.STABLE, list(description.members))
         except (KafkaException, TimeoutError) as exc:
             why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"

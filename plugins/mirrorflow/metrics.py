@@ -7,7 +7,11 @@ Prometheus names are the MM2 names with `_` for `-`, prefixed `mirrorflow_`.
 
 Invariants, each tested:
   A. a merged distribution has the count, total, min and max of all its parts;
-  B. the p99 estimate is an upper bound of the true p99 and at most one bucket above it.
+  B. the p99 estimate is an upper bound of the true p99 and at most one bucket above it;
+  C. every source record created before `mirrored-through` (wall clock) is mirrored, for partitions whose
+     record timestamps (CreateTime) do not go backwards: a batch that read all its partitions had to its ends
+     was planned after the batch before it was folded in, and a partition still behind is mirrored up to
+     its newest mirrored record's timestamp.
 """
 
 from __future__ import annotations
@@ -128,6 +132,23 @@ class PartitionMetrics:
         return max(now - self.last_timestamp / 1000.0, 0.0)
 
 
+def mirrored_through(partitions: Iterable[PartitionMetrics], planned_after: float | None) -> float | None:
+    """The wall time before which every record of these partitions was mirrored (invariant C); None: unknown.
+
+    `planned_after`: when the batch before the newest one was folded in, provided the newest one read everything
+    available when Spark planned it (it did not hit the per-batch cap), else None."""
+    if planned_after is None:
+        return None
+    through = planned_after
+    for m in partitions:
+        if m.mirrored_next < 0 or m.lag_records == 0:
+            continue
+        if m.last_timestamp < 0:
+            return None
+        through = min(through, m.last_timestamp / 1000)
+    return through
+
+
 class FlowMetrics:
     """The driver's view of one flow; updated after each micro-batch, read by the endpoint and status."""
 
@@ -137,6 +158,7 @@ class FlowMetrics:
         self.batches = 0
         self.started = time.time()
         self.last_batch = 0.0
+        self.planned_after: float | None = None  # see mirrored_through
         self.state = "starting"
         self.error = ""
         self.pid, self.host = os.getpid(), socket.gethostname()
@@ -149,11 +171,12 @@ class FlowMetrics:
         self.trigger_overheads: collections.deque[float] = collections.deque(maxlen=BATCH_TIMES)
         self._lock = threading.Lock()
 
-    def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Fold a batch's task summaries in."""
+    def observe(self, rows: Iterable[Mapping[str, Any]], read_all: bool = True) -> None:
+        """Fold a batch's task summaries in; `read_all`: the batch was not cut short by the per-batch cap."""
         now = time.time()
         with self._lock:
             self.batches += 1
+            self.planned_after = self.last_batch if read_all and self.last_batch else None
             self.last_batch = now
             for r in rows:
                 m = self.partitions.setdefault((r["topic"], r["partition"]), PartitionMetrics())
@@ -173,6 +196,12 @@ class FlowMetrics:
     def observe_batch_time(self, batch_ms: float, write_ms: float) -> None:
         with self._lock:
             self.batch_times.append((batch_ms, write_ms))
+
+    def batch_ms_mean(self) -> float:
+        """The mean time of the last BATCH_TIMES batches (0 before the first)."""
+        with self._lock:
+            times = [t for t, _ in self.batch_times]
+        return sum(times) / len(times) if times else 0.0
 
     def observe_trigger_overhead(self, ms: float) -> None:
         with self._lock:
@@ -258,6 +287,7 @@ class FlowMetrics:
                 "updated": now, "started": self.started, "batches": self.batches,
                 "transactional-producer-inits": self.producer_inits,
                 "last-batch": self.last_batch,
+                "mirrored-through": mirrored_through(self.partitions.values(), self.planned_after),
                 # Means over the last BATCH_TIMES batches: the driver's own part of a batch is batch minus write.
                 "batch-ms-avg": round(batch_ms, 1), "batch-write-ms-avg": round(write_ms, 1),
                 "batch-driver-ms-avg": round(batch_ms - write_ms, 1),
@@ -342,7 +372,7 @@ def prometheus_text(snapshots: Iterable[Mapping[str, Any]]) -> str:
                      f'{s.get("transactional-producer-inits", 0)}')
     lines.append("# TYPE mirrorflow_up gauge")
     for s in snaps:
-        lines.append(f'mirrorflow_up{{flow="{s["flow"]}"}} {1 if s["state"] == "running" else 0}')
+        lines.append(f'mirrorflow_up{{flow="{s["flow"]}"}} {1 if s["state"] in ("running", "stalled") else 0}')
     return "\n".join(lines) + "\n"
 
 

@@ -3,8 +3,8 @@
 A dev tool, like `local`: production code never imports it. `make toxiproxy` builds the server from the Go module
 proxy into `{home}/bin/toxiproxy-server`. Each proxied link is one Toxiproxy proxy: a port the mirror connects to,
 forwarding to a broker listener that advertises that port (`local.up(..., proxied=...)`), so that metadata keeps
-clients on the proxied path. A link can be cut (the proxy refuses and drops connections) and restored, slowed
-(latency, one way or both), throttled (bandwidth) or reset (every open connection closed at once).
+clients on the proxied path. A link can be cut (the proxy refuses and drops connections) and restored, and
+delayed like a WAN (latency each way) and back.
 
 Invariants:
   A. `Toxiproxy.start` owns the server process it starts; `stop` ends it and every proxy with it;
@@ -91,6 +91,16 @@ class Toxiproxy:
 
     def restore(self, name: str) -> None:
         self._call("POST", f"/proxies/{name}", {"enabled": True})
+
+    def delay(self, name: str, one_way_ms: int) -> None:
+        """A WAN's latency: every byte through the link waits `one_way_ms` each way (a round trip twice that)."""
+        for stream in ("upstream", "downstream"):
+            self._call("POST", f"/proxies/{name}/toxics", {"name": f"latency-{stream}", "type": "latency",
+                                                          "stream": stream, "attributes": {"latency": one_way_ms}})
+
+    def undelay(self, name: str) -> None:
+        for stream in ("upstream", "downstream"):
+            self._call("DELETE", f"/proxies/{name}/toxics/latency-{stream}")
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None

@@ -126,7 +126,7 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
                        f"waits for it to be started")
     if reverse is not None and not reverse.flag("emit.checkpoints.enabled"):
         notices.append(f"flow {reverse.name} emits no checkpoints: groups cannot be translated back later")
-    rpo = _rpo(flow, health)
+    rpo = _rpo(flow, health, started)
     summary = {
         "runbook": rb.as_dict(), "started": started, "flow": flow.name,
         "reverse_flow": reverse.name if reverse else None,
@@ -194,8 +194,9 @@ def _newest_checkpoints(cfg: MirrorConfig, flow: Flow) -> list[tuple[str, str, i
     return list(checkpoints.read_checkpoints(clients.settings(cfg.cluster(flow.target), "consumer"), topic))
 
 
-def _rpo(flow: Flow, health: lifecycle.FlowHealth) -> dict[str, Any]:
-    """Records and seconds not yet mirrored: measured when the source answers, else the stream's last view."""
+def _rpo(flow: Flow, health: lifecycle.FlowHealth, started: float) -> dict[str, Any]:
+    """Records and seconds not yet mirrored: measured when the source answers, else from the stream's last view
+    up to `started`, the runbook's start."""
     if health.lags is not None:
         return {"records": health.lag_records, "seconds": round(health.lag_seconds or 0.0, 1), "measured": True,
                 "behind": [f"{b.topic}-{b.partition}: {b.records}" for b in health.behind()]}
@@ -204,21 +205,25 @@ def _rpo(flow: Flow, health: lifecycle.FlowHealth) -> dict[str, Any]:
         return {"records": None, "seconds": None, "measured": False,
                 "note": "the source is down and no stream status was found: records written to it after the "
                         "newest mirrored ones are unknown"}
-    seen = last.get("updated", 0.0)
-    return {"records": last.get("replication-lag-records"), "seconds": last.get("replication-lag-seconds"),
-            "measured": False, "as_of": seen,
-            "note": f"the stream's last view, {time.time() - seen:.0f} s old; records written to {flow.source} "
-                    "after it are unknown"}
+    seen, through = last.get("updated", 0.0), last.get("mirrored-through")
+    if through is None:
+        return {"records": last.get("replication-lag-records"), "seconds": last.get("replication-lag-seconds"),
+                "measured": False, "as_of": seen,
+                "note": f"the stream's last view, {time.time() - seen:.0f} s old; records written to {flow.source} "
+                        "after it are unknown"}
+    # Invariant C of metrics: what is missing was all written after `through`; how much of it there is, is not
+    # known without the source (the last view's lag only samples it).
+    return {"records": last.get("replication-lag-records"), "seconds": round(max(started - through, 0.0), 1),
+            "measured": False, "as_of": seen, "mirrored_through": through,
+            "note": f"the stream's last view, {time.time() - seen:.0f} s old: every record written to {flow.source} "
+                    f"before {time.strftime('%H:%M:%S', time.gmtime(through))} UTC is on {flow.target}; records "
+                    "written after it are unknown (the records figure is the lag the stream last saw)"}
 
 
 def preflight_markdown(p: Mapping[str, Any]) -> str:
     rb = Runbook.from_dict(p["runbook"])
     rpo = p["rpo"]
-    if rpo["records"] is None:
-        rpo_text = f"unknown ({rpo['note']})"
-    else:
-        rpo_text = f"{rpo['records']} records, {rpo['seconds']} s"
-        rpo_text += " (measured on the source)" if rpo["measured"] else f" ({rpo['note']})"
+    rpo_text = _rpo_words(rpo) + (" (measured on the source)" if rpo["measured"] else "")
     age = p["checkpoint_age_s"]
     lines = [
         f"### {rb.title}: preflight",
@@ -397,8 +402,14 @@ def report(pre: Mapping[str, Any], drained: Mapping[str, Any] | None, moved: Map
 def _rpo_line(rpo: Mapping[str, Any], drained: Mapping[str, Any] | None) -> str:
     if drained and drained.get("drained"):
         return "0 records (drained before the move)"
+    return _rpo_words(rpo)
+
+
+def _rpo_words(rpo: Mapping[str, Any]) -> str:
     if rpo["records"] is None:
         return f"unknown: {rpo['note']}"
+    if rpo.get("mirrored_through") is not None:
+        return f"at most {rpo['seconds']} s of writes not mirrored ({rpo['note']}: {rpo['records']})"
     text = f"{rpo['records']} records, {rpo['seconds']} s not mirrored"
     return text + ("" if rpo["measured"] else f" ({rpo['note']})")
 

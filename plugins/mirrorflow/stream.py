@@ -80,6 +80,13 @@ _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
 _SYNCS_PER_TRANSACTION = 50_000  # below librdkafka's queue of 100,000 messages
 _STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
+STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
+
+
+def stall_after_s(batch_ms_mean: float) -> float:
+    """How long a batch may write before the flow is reported stalled: STALL_FACTOR times the recent mean batch, and
+    never less than STALL_MIN_S (a query's first batch, while Spark warms up, is never reported)."""
+    return max(STALL_MIN_S, STALL_FACTOR * batch_ms_mean / 1000)
 
 
 @dataclass
@@ -152,6 +159,8 @@ class _Driver:
         self.anchor_limit = flow.number("mirrorflow.offset-syncs.anchors.max")
         self.anchor_spacing = flow.number("mirrorflow.offset-syncs.anchors.spacing")
         self.first_batch_of_query = True
+        self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
+        self.stalled_since: float | None = None  # set while a stall is reported
         self.digests_topic = digests.topic_name(flow.source)
         self.ledger = digests.Ledger()
         self.digest_producer: Any = None  # idempotent, created with the first unit
@@ -592,6 +601,7 @@ class _Driver:
             if not query.isActive:
                 exc = query.exception()
                 return str(exc) if exc is not None else "the query stopped"
+            self._check_stall()
             self._observe_progress(query)
             if time.monotonic() - last_status >= self.options.log_interval_s:
                 last_status = time.monotonic()
@@ -706,6 +716,36 @@ class _Driver:
         return json.dumps(offsets)
 
     def _batch(self, df: Any, batch_id: int) -> None:
+        began = self.batch_began = time.monotonic()
+        try:
+            self._mirror_batch(df, batch_id)
+        finally:
+            self.batch_began = None
+            if self.stalled_since is not None:
+                self.stalled_since = None
+                log.info("flow %s: stall over: batch %d finished after %.0f s", self.flow.name, batch_id,
+                         time.monotonic() - began)
+                if self.metrics.state == "stalled":
+                    self.metrics.set_state("running")
+                metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
+
+    def _check_stall(self) -> None:
+        """Name a batch that has been writing for longer than `stall_after_s` (the target not taking records: a
+        leader moving, brokers down), in the status and the log, at once; `_batch` names its end."""
+        began = self.batch_began
+        if began is None or self.stalled_since is not None or self.first_batch_of_query:
+            return
+        limit = stall_after_s(self.metrics.batch_ms_mean())
+        if time.monotonic() - began < limit or self.metrics.state != "running":
+            return
+        self.stalled_since = time.monotonic()
+        why = (f"a batch has been writing to {self.flow.target} for more than {limit:.0f} s (a partition leader "
+               "moving, brokers down?); it goes on by itself")
+        log.warning("flow %s: STALLED: %s", self.flow.name, why)
+        self.metrics.set_state("stalled", why)
+        metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
+
+    def _mirror_batch(self, df: Any, batch_id: int) -> None:
         begun = time.monotonic()
         self._confirm_lease()
         ends = self._batch_ends(batch_id)
@@ -780,7 +820,9 @@ class _Driver:
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
         # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
-        self.metrics.observe([r for r in rows if r["topic"] in flow_topics])
+        read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
+        self.metrics.observe([r for r in rows if r["topic"] in flow_topics],
+                             read_all=read < self.options.max_records_per_batch)
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
 
