@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from streams import QUIET, StreamProcess
 
@@ -354,6 +354,7 @@ class Drill:
                         runbook_s=round(ran, 1))
         spans = [(began, p, b)]
         local.up(self.cfg, [p])  # primary is back
+        self._wait_readable(p, app.topic)
         failover.audit_not_mirrored = self._not_mirrored(f"{p}->{b}", app.topic)
         failover.mirrored_through = report.get("rpo", {}).get("mirrored_through")
         failover.oldest_not_mirrored = self._oldest_missing(app.topic, p, b)
@@ -400,6 +401,22 @@ class Drill:
             time.sleep(1)
         raise RuntimeError(f"flow {flow_name} not steady (mirrored-through, checkpoints of {group}) within "
                            f"{timeout:.0f} s")
+
+    def _wait_readable(self, alias: str, topic: str, timeout: float = 120) -> None:
+        """Until every partition of the topic has a leader that answers offset requests again."""
+        c = Consumer({"bootstrap.servers": self.bootstraps[alias], "group.id": "drill-probe", **QUIET})
+        try:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                try:
+                    for part in range(3):
+                        c.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
+                    return
+                except KafkaException:
+                    time.sleep(1)
+            raise RuntimeError(f"{topic} on {alias} not readable within {timeout:.0f} s of its restart")
+        finally:
+            c.close()
 
     def _oldest_missing(self, topic: str, source: str, target: str) -> float | None:
         """Read on both clusters: the creation time of the oldest record of `topic` on `source` whose copy is not

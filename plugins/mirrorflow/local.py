@@ -222,6 +222,24 @@ def stop(broker: LocalBroker) -> None:
     broker.pid_file.unlink(missing_ok=True)
 
 
+def quorum_leader(config: MirrorConfig, alias: str) -> int | None:
+    """The node id of the cluster's active controller (KRaft quorum leader), as the newest `quorum-state` file
+    among its controllers' metadata logs records it; None before any election. (A client's describe-cluster
+    answer names a random broker in KRaft mode, not the active controller.)"""
+    newest: tuple[int, int] | None = None
+    for b in local_brokers(config, [alias]):
+        if not b.is_controller:
+            continue
+        try:
+            state = json.loads((b.folder / "data" / "__cluster_metadata-0" / "quorum-state").read_text())
+        except (OSError, ValueError):
+            continue
+        epoch, leader = int(state.get("leaderEpoch", -1)), int(state.get("leaderId", -1))
+        if leader >= 0 and (newest is None or epoch > newest[0]):
+            newest = (epoch, leader)
+    return newest[1] if newest is not None else None
+
+
 def status(config: MirrorConfig, aliases: Iterable[str] = ()) -> list[BrokerStatus]:
     return [_status(b) for b in local_brokers(config, aliases)]
 
