@@ -59,9 +59,9 @@ test: setup lint browser toxiproxy
 
 # DR drill: planned and unplanned failover and failback on two three-broker clusters under steady traffic, through
 # the runbook DAGs; prints one report (RPO, audit-measured loss, RTO, records the moved group lost and re-read).
-# About 12 minutes; not part of `make test`.
+# About 8 minutes; not part of `make test`.
 drill: setup
-	$(BIN)/python tests/dr_drill.py
+	$(BIN)/python tests/dr_drill.py --seconds 30
 
 # MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd) vs Kafka's perf tools, one run (about 30 minutes, 11 of them
 # idle spells; not part of `make test`).
