@@ -1,8 +1,9 @@
 """Fault drills on real topology: two three-broker clusters (replication factor 3, min.insync.replicas 2), the mirror
 reaching each only through Toxiproxy (brokers advertise the proxy's ports on a second listener), one real Spark
-stream for the whole module. Tests run in file order and share the stream: a source link cut, a target partition
-leader killed, a rolling restart of the source, then a target link cut during which a standby instance takes the
-flow over (the first must never write again)."""
+stream for the module. Tests run in file order and share the clusters: a delayed link, a source link cut, a target
+partition leader killed, a rolling restart of the source, a target link cut during which a standby instance takes
+the flow over (the first must never write again), then a source data center lost, failed over and back through the
+runbook DAGs (dr_drill, which `make drill` also runs)."""
 
 from __future__ import annotations
 
