@@ -298,6 +298,11 @@ def _positions(topic: str, tp: tuple[str, int]) -> list[int]:
     return out
 
 
+# Six micro-batches of 100,000: enough for the frozen-instance test to catch one half written on a loaded machine (with
+# three, a full CI run once saw none).
+BACKLOG = 600_000
+
+
 def _fast_produce(topic: str, n: int, tag: str) -> None:
     p = producer(ALPHA, **{"batch.size": 1_000_000, "linger.ms": 20})
     for i in range(n):
@@ -370,7 +375,7 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
     try:
         wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [100], 240, "the first records", first)
         # Micro-batches of 100,000; produced meanwhile, so that the check below sees the first batches under way.
-        backlog = threading.Thread(target=_fast_produce, args=(topic, 300_000, "backlog"))
+        backlog = threading.Thread(target=_fast_produce, args=(topic, BACKLOG, "backlog"))
         backlog.start()
         # Frozen mid-batch: 1,000 records at least already on the target beyond the flow's position (else again).
         for _ in range(20):
@@ -389,8 +394,8 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
             print(f"frozen with {under_way(remote, syncs, topic)} records of a batch on the target")
             assert under_way(remote, syncs, topic) > 1_000  # the premise: a batch under way
             second.start()  # its lease waits out the frozen instance's session, then its writes (W3)
-            wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [300_100], 300, "the second instance's copies",
-                     second)
+            wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [BACKLOG + 100], 300,
+                     "the second instance's copies", second)
             assert len(read_partition(BETA, remote, 0, committed=True)) > frozen_with  # not only an abort marker
             assert "did not stop cleanly: waiting" in second.output()
         finally:
@@ -399,8 +404,8 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
         assert first.proc is not None and first.proc.returncode == 1, first.output()[-3000:]
         assert "another instance" in first.output(), first.output()[-3000:]
         _produce(topic, 1, 20, "after")
-        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [300_120], 120, "records after the resumed one stopped",
-                 second)
+        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [BACKLOG + 120], 120,
+                 "records after the resumed one stopped", second)
         assert second.alive() and "fenced:" not in second.output(), second.output()[-3000:]
         # Records fenced: nothing the frozen instance had under way landed after the takeover, not even aborted
         # (the log as a read_uncommitted reader sees it), and a read_committed reader sees every record once, in
@@ -410,20 +415,20 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
         replays = _replays(offsets)
         # What the frozen instance landed after resuming: between the second's copy of the last backlog record
         # (written before the resume) and the first record produced after the first instance stopped.
-        after = next(i for i, o in enumerate(offsets) if o >= 300_100)
-        late = copies[offsets.index(300_099, replays[0] if replays else 0) + 1:after]
+        after = next(i for i, o in enumerate(offsets) if o >= BACKLOG + 100)
+        late = copies[offsets.index(BACKLOG + 99, replays[0] if replays else 0) + 1:after]
         print(f"frozen, {mode}: {len(late)} records ({sum(map(_payload, late))} bytes) landed after the takeover; "
               f"start-overs {replays}")
         if fenced:
             assert not late, (len(late), replays)
             committed = [origin(m).offset for m in read_partition(BETA, remote, 0, committed=True)]
-            assert committed == list(range(300_120)), _replays(committed)
+            assert committed == list(range(BACKLOG + 120)), _replays(committed)
         else:
             assert replays, "the second instance did not write the first's unfinished batch again"
             assert sum(map(_payload, late[63:])) <= _LATE_PAYLOAD_BOUND, (len(late), replays)
-        assert set(offsets) == set(range(300_120))
+        assert set(offsets) == set(range(BACKLOG + 120))
         positions = _positions(syncs, (topic, 0))
-        assert positions == sorted(positions) and positions[-1] == 300_120, positions[-20:]
+        assert positions == sorted(positions) and positions[-1] == BACKLOG + 120, positions[-20:]
         assert second.stop() == 0
     finally:
         for stream in (first, second):
