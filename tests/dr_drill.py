@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from streams import QUIET, StreamProcess
 
@@ -402,21 +402,11 @@ class Drill:
         raise RuntimeError(f"flow {flow_name} not steady (mirrored-through, checkpoints of {group}) within "
                            f"{timeout:.0f} s")
 
-    def _wait_readable(self, alias: str, topic: str, timeout: float = 120) -> None:
+    def _wait_readable(self, alias: str, topic: str) -> None:
         """Until every partition of the topic has a leader that answers offset requests again."""
-        c = Consumer({"bootstrap.servers": self.bootstraps[alias], "group.id": "drill-probe", **QUIET})
-        try:
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                try:
-                    for part in range(3):
-                        c.get_watermark_offsets(TopicPartition(topic, part), timeout=10)
-                    return
-                except KafkaException:
-                    time.sleep(1)
-            raise RuntimeError(f"{topic} on {alias} not readable within {timeout:.0f} s of its restart")
-        finally:
-            c.close()
+        from streams import end_offsets, wait_for
+
+        wait_for(lambda: len(end_offsets(self.bootstraps[alias], topic)) == 3, 120, f"{topic} readable on {alias}")
 
     def _oldest_missing(self, topic: str, source: str, target: str) -> float | None:
         """Read on both clusters: the creation time of the oldest record of `topic` on `source` whose copy is not
@@ -507,6 +497,11 @@ def report_markdown(moves: list[Move], setup: str) -> str:
     return "\n".join(lines)
 
 
+def rss_mib(pid: int) -> float:
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024
+
+
 @contextmanager
 def clusters(cfg: Any) -> Iterator[str]:
     from mirrorflow import local
@@ -514,12 +509,7 @@ def clusters(cfg: Any) -> Iterator[str]:
     began = time.monotonic()
     local.up(cfg)
     try:
-        rss = 0.0
-        for s in local.status(cfg):
-            with suppress(OSError):
-                fields = dict(line.split(":", 1) for line in Path(f"/proc/{s.pid}/status").read_text().splitlines()
-                              if ":" in line)
-                rss += int(fields["VmRSS"].split()[0]) / 1024
+        rss = sum(rss_mib(s.pid) for s in local.status(cfg) if s.pid)
         yield f"up in {time.monotonic() - began:.1f} s, {rss:.0f} MiB RSS idle"
     finally:
         local.down(cfg, purge=True)

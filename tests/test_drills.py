@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
-from dr_drill import Drill, Scheduler, drill_config, run_dag
+from dr_drill import Drill, Scheduler, drill_config, rss_mib, run_dag
 from mirrorflow import config, local, netfaults
 from mirrorflow.stream import STALL_MIN_S
-from streams import QUIET, SteadyProducer, StreamProcess, end_offsets, origin, read_partition, wait_for
+from streams import QUIET, SteadyProducer, StreamProcess, end_offsets, mirrored_offsets, read_partition, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 API_PORT = 25474
@@ -74,11 +74,6 @@ class Site:
         local.up(self.cfg, [alias], proxied=PROXIED)
 
 
-def _rss_mib(pid: int) -> float:
-    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-    return int(fields["VmRSS"].split()[0]) / 1024
-
-
 @pytest.fixture(scope="module")
 def site(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     from mirrorflow import spark_session
@@ -96,7 +91,7 @@ def site(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
                 links.add(netfaults.Link(f"{alias}-{n + 1}", f"127.0.0.1:{port}", f"127.0.0.1:{listener}"))
         began = time.monotonic()
         local.up(cfg, proxied=PROXIED)
-        rss = sum(_rss_mib(s.pid) for s in local.status(cfg) if s.pid)
+        rss = sum(rss_mib(s.pid) for s in local.status(cfg) if s.pid)
         print(f"\ntwo three-broker clusters up in {time.monotonic() - began:.1f} s, RSS {rss:.0f} MiB")
         stream.start()
         yield Site(cfg, links, mirror, stream, work)
@@ -116,8 +111,7 @@ def _create(topic: str) -> None:
 def _mirrored(topic: str) -> list[list[int]]:
     """Per partition of the remote topic, the source offsets of its committed records in target order."""
     try:
-        return [[origin(m).offset for m in read_partition(TARGET, f"src.{topic}", p, committed=True)]
-                for p in range(PARTITIONS)]
+        return mirrored_offsets(TARGET, f"src.{topic}", PARTITIONS, committed=True)
     except KafkaException:  # not created yet
         return [[] for _ in range(PARTITIONS)]
 
@@ -129,19 +123,9 @@ def _values(topic: str) -> list[bytes]:
         return []
 
 
-def _source_ends(topic: str) -> list[int]:
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": SOURCE, "group.id": "drill-ends", **QUIET})
-    try:
-        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(PARTITIONS)]
-    finally:
-        c.close()
-
-
 def _exactly_once_in_order(topic: str) -> None:
     """0 lost, 0 duplicated, 0 gaps: each remote partition holds its source partition's offsets 0..end, in order."""
-    ends = _source_ends(topic)
+    ends = end_offsets(SOURCE, topic)
     mirrored = _mirrored(topic)
     for p in range(PARTITIONS):
         assert mirrored[p] == list(range(ends[p])), (

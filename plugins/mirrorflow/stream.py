@@ -160,7 +160,7 @@ class _Driver:
         self.anchor_spacing = flow.number("mirrorflow.offset-syncs.anchors.spacing")
         self.first_batch_of_query = True
         self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
-        self.stalled_since: float | None = None  # set while a stall is reported
+        self.stall_named = False  # the running batch's stall is reported (status, log)
         self.digests_topic = digests.topic_name(flow.source)
         self.ledger = digests.Ledger()
         self.digest_producer: Any = None  # idempotent, created with the first unit
@@ -721,8 +721,8 @@ class _Driver:
             self._mirror_batch(df, batch_id)
         finally:
             self.batch_began = None
-            if self.stalled_since is not None:
-                self.stalled_since = None
+            if self.stall_named:
+                self.stall_named = False
                 log.info("flow %s: stall over: batch %d finished after %.0f s", self.flow.name, batch_id,
                          time.monotonic() - began)
                 if self.metrics.state == "stalled":
@@ -733,12 +733,12 @@ class _Driver:
         """Name a batch that has been writing for longer than `stall_after_s` (the target not taking records: a
         leader moving, brokers down), in the status and the log, at once; `_batch` names its end."""
         began = self.batch_began
-        if began is None or self.stalled_since is not None or self.first_batch_of_query:
+        if began is None or self.stall_named or self.first_batch_of_query:
             return
         limit = stall_after_s(self.metrics.batch_ms_mean())
         if time.monotonic() - began < limit or self.metrics.state != "running":
             return
-        self.stalled_since = time.monotonic()
+        self.stall_named = True
         why = (f"a batch has been writing to {self.flow.target} for more than {limit:.0f} s (a partition leader "
                "moving, brokers down?); it goes on by itself")
         log.warning("flow %s: STALLED: %s", self.flow.name, why)
