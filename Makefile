@@ -63,9 +63,9 @@ test: setup lint browser toxiproxy
 drill: setup
 	$(BIN)/python tests/dr_drill.py --seconds 30
 
-# MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd) vs Kafka's perf tools, one run (about 30 minutes, 11 of them
-# idle spells; not part of `make test`).
-bench: setup
+# MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd; across a WAN through Toxiproxy) vs Kafka's perf
+# tools, one run (about 40 minutes, 11 of them idle spells; not part of `make test`).
+bench: setup toxiproxy
 	$(BIN)/python tests/benchmark_mirror.py --compression lz4,zstd
 
 # Backfill and audit cost on this machine, one run (about 5 minutes; not part of `make test`).

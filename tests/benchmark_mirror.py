@@ -1,7 +1,8 @@
 """Side-by-side benchmark: Kafka's perf tools (the raw limit), MirrorMaker 2 and mirrorflow, one run.
 
     make bench                      # or: .venv/bin/python tests/benchmark_mirror.py [--records N] [--idle S]
-                                    #     [--compression lz4,zstd] [--modes plain,transactional,exactly-once,many]
+                                    #     [--compression lz4,zstd] [--modes plain,transactional,exactly-once,many,wan]
+                                    #     [--wan-sides target,source]
 
 Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; topics of 1 KiB records. Modes:
   plain          a 12-partition topic; each mirror copies it from an empty target (throughput), then mirrors a
@@ -11,6 +12,12 @@ Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; topic
   transactional  a 12-partition topic written in transactions of 4 records; both mirrors read_committed.
   exactly-once   the plain topic again, into an exactly-once target (MM2: exactly.once.source.support).
   many           100 topics x 12 partitions, the same total volume (mirrorflow only), with its per-batch times.
+  wan            a WAN between the clusters: Toxiproxy in front of each, 25 ms each way (a 50 ms round trip); each
+                 mirror runs beside the target (it reads across the WAN), then beside the source (it writes across
+                 it). The same WAN tuning for both (WAN_TUNING: larger fetches and socket buffers,
+                 `dst.producer.compression.type = lz4`), compressible records (1 KiB of order-like JSON each,
+                 written with lz4); throughput, latency at 5,000 records/s, and the bytes each copy takes on the
+                 target's disk per record.
 Every MM2 run has the same tuning (MM2_TUNING, printed). Peak RSS and PSS are summed over each mirror's whole
 process tree. --compression adds a mirrorflow run per codec (throughput and latency) with
 `dst.producer.compression.type` set. Prints MM2's properties and a Markdown table, and writes the table, with the
@@ -42,6 +49,9 @@ SRC, DST = 26092, 26192
 PARTITIONS, SIZE, RATE, LATENCY_S = 12, 1024, 5000, 30
 TXN_RECORDS, MANY_TOPICS = 4, 100  # records per source transaction; topics of the many-partitions mode
 METRICS_PORT = 26095
+# The WAN mode: each broker's second listener and the Toxiproxy port it advertises; Toxiproxy's API; the delay.
+WAN_PORTS = {"src": (26096, 26097), "dst": (26196, 26197)}
+WAN_API, WAN_ONE_WAY_MS = 26474, 25
 QUIET = {"log_level": 3}
 # MM2's documented tuning for high volume (Strimzi/Streams guide: producer batch 320 KiB, consumer fetch 50 MiB,
 # 1 MiB per partition, 500 records per poll), with mirrorflow's own linger (5 ms) so neither waits longer to send.
@@ -52,6 +62,50 @@ dst.producer.linger.ms = 5
 {source}.consumer.max.partition.fetch.bytes = 1048576
 {source}.consumer.max.poll.records = 500
 """
+# Kafka's guidance for a high-latency link (its "Datacenters" section: larger socket buffers) and larger fetches, so
+# that each round trip carries more, with compression on the target; the same block for both mirrors, on top of
+# MM2_TUNING for MM2 (this block's fetch size replaces MM2_TUNING's).
+WAN_TUNING = {
+    "{source}.consumer.fetch.max.bytes": "52428800",
+    "{source}.consumer.max.partition.fetch.bytes": "4194304",
+    "{source}.consumer.receive.buffer.bytes": "4194304",
+    "dst.producer.send.buffer.bytes": "4194304",
+    "dst.producer.compression.type": "lz4",
+}
+# mirrorflow's own addition (its README, "Across a WAN"): Spark's Kafka reader pays two ListOffsets round trips after
+# every poll, so a poll should return all that a fetch brought (the client's default is 500 records).
+MIRRORFLOW_WAN = {"{source}.consumer.max.poll.records": "10000"}
+
+
+def mm2_tuning(source: str, override: dict[str, str] | None = None) -> str:
+    """MM2_TUNING for source `source`, with `override`'s keys (same `{source}` placeholders) replacing or adding."""
+    lines = dict(line.split(" = ", 1) for line in MM2_TUNING.strip().splitlines())
+    lines |= override or {}
+    return "".join(f"{k.format(source=source)} = {v}\n" for k, v in lines.items())
+
+
+def wan_tuning(source: str, mirrorflow: bool = False) -> str:
+    tuning = {**WAN_TUNING, **(MIRRORFLOW_WAN if mirrorflow else {})}
+    return "".join(f"{k.format(source=source)} = {v}\n" for k, v in tuning.items())
+
+
+def compressible_payloads(count: int = 512, seed: int = 7) -> list[bytes]:
+    """`count` distinct records of SIZE bytes that compress like business events do (JSON from a small vocabulary,
+    random ids and amounts), not like the random bytes of the other modes."""
+    import random
+
+    rnd = random.Random(seed)
+    words = ["pending", "shipped", "paid", "refunded", "express", "standard", "warehouse", "berlin", "lisbon",
+             "oslo", "customer", "priority", "gift", "returned", "EUR", "USD", "card", "transfer"]
+    out = []
+    for _ in range(count):
+        order = {"order_id": rnd.randrange(10**9), "customer": f"c-{rnd.randrange(10**6):06d}",
+                 "status": rnd.choice(words), "currency": rnd.choice(words[-4:-2]),
+                 "items": [{"sku": f"sku-{rnd.randrange(10**5):05d}", "qty": rnd.randrange(1, 9),
+                            "price": round(rnd.uniform(1, 500), 2), "tag": rnd.choice(words)} for _ in range(8)],
+                 "note": " ".join(rnd.choice(words) for _ in range(40))}
+        out.append(json.dumps(order).encode()[:SIZE].ljust(SIZE, b" "))
+    return out
 
 
 def sh(*cmd: str, timeout: float = 1800) -> str:
@@ -173,8 +227,9 @@ def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
     raise SystemExit(f"{topics[0]}: not copied within {limit_s} s")
 
 
-def latency(src_topic: str, dst_topic: str) -> tuple[float, float]:
-    """p50 and p99 (ms) of arrival minus CreateTime while producing RATE records/s for LATENCY_S."""
+def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None) -> tuple[float, float]:
+    """p50 and p99 (ms) of arrival minus CreateTime while producing RATE records/s for LATENCY_S (random bytes, or
+    `payloads` in turn)."""
     seen: list[float] = []
     done = threading.Event()
 
@@ -192,12 +247,12 @@ def latency(src_topic: str, dst_topic: str) -> tuple[float, float]:
     reader.start()
     time.sleep(8)  # let the consumer join before measured records are produced
     p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 1, **QUIET})
-    payload = os.urandom(SIZE)
+    values = payloads or [os.urandom(SIZE)]
     start, sent = time.monotonic(), 0
     while time.monotonic() - start < LATENCY_S:
         due = int((time.monotonic() - start) * RATE)
         while sent < due:
-            p.produce(src_topic, payload, partition=sent % PARTITIONS)
+            p.produce(src_topic, values[sent % len(values)], partition=sent % PARTITIONS)
             sent += 1
         p.poll(0)
         time.sleep(0.005)
@@ -251,7 +306,7 @@ def perf_tools(jars: Path, records: int) -> dict[str, float]:
 
 
 def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, latency_topic: str | None = None,
-            idle_s: float = 0.0, alias: str = "") -> dict[str, float]:
+            idle_s: float = 0.0, alias: str = "", payloads: list[bytes] | None = None) -> dict[str, float]:
     """Throughput on the backlog (`copies`: the remote topics), then, given a `latency_topic`, latency at a fixed
     rate and one record after `idle_s` of quiet; the peak memory of the mirror's tree, and the stream's per-batch
     times when it serves metrics."""
@@ -262,7 +317,7 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
         batch = stream_status()
         p50 = p99 = idle_ms = nan
         if latency_topic:
-            p50, p99 = latency(latency_topic, f"{alias}.{latency_topic}")
+            p50, p99 = latency(latency_topic, f"{alias}.{latency_topic}", payloads)
             idle_ms = after_idle(latency_topic, f"{alias}.{latency_topic}", idle_s) if idle_s > 0 else nan
     finally:
         proc.terminate()
@@ -270,8 +325,16 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
     rss, pss = memory.stop()
     # CPU per 1,000 records copied, per process tree: where the 2 cores go, so what bounds the copy.
     per_k = {f"cpu_ms_per_k {k}": 1e6 * v / copied for k, v in cpu.items()}
-    return {"rps": copied / seconds, "seconds": seconds, "peak_rss_mb": rss, "peak_pss_mb": pss, "p50_ms": p50,
+    stored = sum(target_bytes(t) for t in copies)
+    return {"rps": copied / seconds, "target_bytes_per_record": stored / copied, "seconds": seconds,
+            "peak_rss_mb": rss, "peak_pss_mb": pss, "p50_ms": p50,
             "p99_ms": p99, "after_idle_ms": idle_ms, "cores_busy": sum(cpu.values()) / seconds, **per_k, **batch}
+
+
+def target_bytes(topic: str) -> int:
+    """Bytes the target broker holds on disk for `topic` (its log segments): what a copy costs after compression."""
+    home = Path(os.environ["MIRRORFLOW_HOME"]) / "local" / "dst"
+    return sum(f.stat().st_size for f in home.glob(f"**/{topic}-[0-9]*/*.log"))
 
 
 def stream_status() -> dict[str, float]:
@@ -286,12 +349,15 @@ def stream_status() -> dict[str, float]:
 
 
 def run_mm2(jars: Path, work: Path, alias: str, topics: list[str], records: int, extra: str = "",
-            latency_topic: str | None = None, idle_s: float = 0.0) -> dict[str, float]:
-    """One dedicated MirrorMaker 2 from source `alias` (a new remote topic per run) to dst, MM2_TUNING and `extra`."""
+            latency_topic: str | None = None, idle_s: float = 0.0, source: str = f"127.0.0.1:{SRC}",
+            target: str = f"127.0.0.1:{DST}", tuning: dict[str, str] | None = None,
+            payloads: list[bytes] | None = None) -> dict[str, float]:
+    """One dedicated MirrorMaker 2 from source `alias` (a new remote topic per run) to dst, MM2_TUNING (`tuning`
+    replacing or adding keys) and `extra`."""
     props = work / f"mm2-{alias}.properties"
     props.write_text(f"""clusters = {alias}, dst
-{alias}.bootstrap.servers = 127.0.0.1:{SRC}
-dst.bootstrap.servers = 127.0.0.1:{DST}
+{alias}.bootstrap.servers = {source}
+dst.bootstrap.servers = {target}
 {alias}->dst.enabled = true
 {alias}->dst.topics = {", ".join(topics)}
 replication.factor = 1
@@ -302,7 +368,7 @@ offset.storage.replication.factor = 1
 status.storage.replication.factor = 1
 config.storage.replication.factor = 1
 sync.topic.acls.enabled = false
-{MM2_TUNING.format(source=alias)}{extra}""")
+{mm2_tuning(alias, tuning)}{extra}""")
     with open(work / f"mm2-{alias}.log", "wb") as log:
         # 12 tasks each with a consumer and a producer: 1 GiB of heap runs out of memory.
         proc = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{jars}/lib/*",
@@ -310,16 +376,17 @@ sync.topic.acls.enabled = false
                                 stdout=log, stderr=subprocess.STDOUT)
     print(f"MM2's properties ({alias}):\n{props.read_text()}", flush=True)
     copies = [f"{alias}.{t}" for t in topics if t != latency_topic]
-    return measure(proc, copies, records, latency_topic, idle_s, alias)
+    return measure(proc, copies, records, latency_topic, idle_s, alias, payloads)
 
 
 def run_mirrorflow(work: Path, alias: str, topics: str, copies: list[str], records: int, extra: str = "",
-                   latency_topic: str | None = None, idle_s: float = 0.0) -> dict[str, float]:
+                   latency_topic: str | None = None, idle_s: float = 0.0, source: str = f"127.0.0.1:{SRC}",
+                   target: str = f"127.0.0.1:{DST}", payloads: list[bytes] | None = None) -> dict[str, float]:
     """One mirrorflow stream from source `alias` (a new remote topic per run); `extra` adds properties."""
     props = work / f"mirrorflow-{alias}.properties"
     props.write_text(f"""clusters = {alias}, dst
-{alias}.bootstrap.servers = 127.0.0.1:{SRC}
-dst.bootstrap.servers = 127.0.0.1:{DST}
+{alias}.bootstrap.servers = {source}
+dst.bootstrap.servers = {target}
 {alias}->dst.enabled = true
 {alias}->dst.topics = {topics}
 replication.factor = 1
@@ -330,7 +397,7 @@ offset-syncs.topic.replication.factor = 1
                                  "--flow", f"{alias}->dst", "--checkpoint", str(work / f"checkpoint-{alias}"),
                                  "--metrics-port", str(METRICS_PORT)],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return measure(proc, [f"{alias}.{t}" for t in copies], records, latency_topic, idle_s, alias)
+    return measure(proc, [f"{alias}.{t}" for t in copies], records, latency_topic, idle_s, alias, payloads)
 
 
 def produce_transactions(topic: str, records: int, producers: int = 8) -> float:
@@ -359,14 +426,15 @@ def produce_transactions(topic: str, records: int, producers: int = 8) -> float:
     return per * producers / (time.monotonic() - begun)
 
 
-def produce(topics: list[str], records: int) -> None:
-    """`records` records spread evenly over the topics' partitions."""
-    p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 20, "batch.size": 1_000_000, **QUIET})
-    payload = os.urandom(SIZE)
+def produce(topics: list[str], records: int, payloads: list[bytes] | None = None, compression: str = "none") -> None:
+    """`records` records spread evenly over the topics' partitions (random bytes, or `payloads` in turn)."""
+    p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 20, "batch.size": 1_000_000,
+                  "compression.type": compression, **QUIET})
+    values = payloads or [os.urandom(SIZE)]
     for i in range(records):
         while True:
             try:
-                p.produce(topics[i % len(topics)], payload, partition=(i // len(topics)) % PARTITIONS)
+                p.produce(topics[i % len(topics)], values[i % len(values)], partition=(i // len(topics)) % PARTITIONS)
                 break
             except BufferError:
                 p.poll(0.1)
@@ -454,15 +522,17 @@ def cpu_table(runs: list[Run]) -> str:
     """CPU milliseconds per 1,000 records copied, per process tree, while each mirror copied its backlog; all of it
     over the copy's seconds is how many of the machine's cores were busy."""
     kinds = ("mirror JVM", "mirror Python", "source broker", "target broker")
-    rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy |",
-            "|---|---|" + "---:|" * (len(kinds) + 1)]
+    rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy | "
+            "bytes on the target's disk per record |",
+            "|---|---|" + "---:|" * (len(kinds) + 2)]
     for name, mode, r in runs:
         cells = [f"{r[f'cpu_ms_per_k {k}']:,.0f}" if f"cpu_ms_per_k {k}" in r else "" for k in kinds]
-        rows.append(f"| {name} | {mode} | " + " | ".join(cells) + f" | {r.get('cores_busy', math.nan):.2f} |")
+        rows.append(f"| {name} | {mode} | " + " | ".join(cells) + f" | {r.get('cores_busy', math.nan):.2f} | "
+                    f"{r.get('target_bytes_per_record', math.nan):,.0f} |")
     return "\n".join(rows)
 
 
-MODES = ("plain", "transactional", "exactly-once", "many")
+MODES = ("plain", "transactional", "exactly-once", "many", "wan")
 
 
 def main() -> None:
@@ -474,6 +544,8 @@ def main() -> None:
     ap.add_argument("--compression", default="", help="also run mirrorflow with these target compressions (lz4,zstd)")
     ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
     ap.add_argument("--skip-mm2", action="store_true", help="no MM2 runs (the ratios need them)")
+    ap.add_argument("--wan-sides", default="target,source", help="where the mirrors run in the wan mode: beside the "
+                    "target (reads cross the WAN), beside the source (writes cross it), or both")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES):
@@ -481,18 +553,23 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
-    from mirrorflow import config, local, maven
+    os.environ.setdefault("MIRRORFLOW_TOXIPROXY", str(REPO / ".mirrorflow" / "bin" / "toxiproxy-server"))
+    from mirrorflow import config, local, maven, netfaults
 
     cfg = config.from_text(f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SRC}\n"
                            f"dst.bootstrap.servers = 127.0.0.1:{DST}\n", source="bench")
-    for broker in local.up(cfg):
-        if broker.pid is not None:
-            BROKERS[f"{'source' if broker.alias == 'src' else 'target'} broker"] = broker.pid
+    wan = "wan" in modes
+    links = netfaults.Toxiproxy(WAN_API, home / "toxiproxy.log").start() if wan else None
+    proxied = {alias: [ports] for alias, ports in WAN_PORTS.items()} if wan else None
     try:
+        for broker in local.up(cfg, proxied=proxied):
+            if broker.pid is not None:
+                BROKERS[f"{'source' if broker.alias == 'src' else 'target'} broker"] = broker.pid
         admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{SRC}", **QUIET})
         codecs = [c for c in args.compression.split(",") if c]
         many = [f"many-{i:03d}" for i in range(MANY_TOPICS)]
-        topics = ["bench", "txn", "lat-mm2", "lat-src", *(f"lat-src{c}" for c in codecs), *many]
+        topics = ["bench", "txn", "lat-mm2", "lat-src", *(f"lat-src{c}" for c in codecs), *many, "wan",
+                  "lat-wan-mm2", "lat-wan", "lat-wanw-mm2", "lat-wanw"]
         for created in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
             created.result(60)
         cache = local.jar_cache()
@@ -543,6 +620,32 @@ def main() -> None:
             produce(many, args.records)
             ran(f"mirrorflow, {MANY_TOPICS} topics x {PARTITIONS} partitions", "many",
                 run_mirrorflow(home, "srcmany", "many-.*", many, args.records))
+        if wan:
+            assert links is not None
+            for alias, (listener, proxy) in WAN_PORTS.items():
+                links.add(netfaults.Link(f"{alias}-wan", f"127.0.0.1:{proxy}", f"127.0.0.1:{listener}"))
+                links.delay(f"{alias}-wan", WAN_ONE_WAY_MS)
+            payloads = compressible_payloads()
+            produce(["wan"], args.records, payloads, compression="lz4")
+            print(f"WAN tuning (both mirrors):\n{wan_tuning('<source>')}mirrorflow's own:\n"
+                  f"{wan_tuning('<source>', mirrorflow=True).removeprefix(wan_tuning('<source>'))}", flush=True)
+            local_, remote = {"src": f"127.0.0.1:{SRC}", "dst": f"127.0.0.1:{DST}"}, {
+                alias: f"127.0.0.1:{proxy}" for alias, (_, proxy) in WAN_PORTS.items()}
+            sides = {"target": ("src", "the target: reads cross the WAN"),
+                     "source": ("dst", "the source: writes cross it")}
+            for far, beside in (sides[side] for side in args.wan_sides.split(",")):
+                where = {**local_, far: remote[far]}
+                mode = f"wan, mirror beside {beside.split(':')[0]}"
+                tag = "wan" if far == "src" else "wanw"
+                if not args.skip_mm2:
+                    ran(f"MirrorMaker 2 beside {beside} ({2 * WAN_ONE_WAY_MS} ms round trip)", mode,
+                        run_mm2(mm2_jars, home, f"mm2{tag}", ["wan", f"lat-{tag}-mm2"], args.records,
+                                latency_topic=f"lat-{tag}-mm2", source=where["src"], target=where["dst"],
+                                tuning=WAN_TUNING, payloads=payloads))
+                ran(f"mirrorflow beside {beside} ({2 * WAN_ONE_WAY_MS} ms round trip)", mode,
+                    run_mirrorflow(home, f"src{tag}", f"wan, lat-{tag}", ["wan"], args.records,
+                                   wan_tuning(f"src{tag}", mirrorflow=True), latency_topic=f"lat-{tag}",
+                                   source=where["src"], target=where["dst"], payloads=payloads))
         result = json.dumps(runs) if args.skip_mm2 else table(limit, runs, audit)
         machine = f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
         print(f"\n{args.records:,} records of {SIZE} B ({args.txn_records:,} in the transactional mode, "
@@ -553,6 +656,8 @@ def main() -> None:
              "audit": audit, "table": result}, indent=1))
     finally:
         local.down(cfg, purge=True)
+        if links is not None:
+            links.stop()
 
 
 if __name__ == "__main__":
