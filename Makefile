@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test lint browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos stop clean
+.PHONY: setup demo test test-unit lint browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos stop clean
 
 setup: $(BIN)/mirrorflow
 
@@ -56,6 +56,10 @@ $(TOXIPROXY):
 
 test: setup lint browser toxiproxy
 	$(BIN)/pytest
+
+# The pure tests only (no Kafka, Spark, Airflow or Java: the markers say which need them), about a minute.
+test-unit: setup
+	$(BIN)/pytest -m "not kafka and not spark and not airflow and not java"
 
 # DR drill: planned and unplanned failover and failback on two three-broker clusters under steady traffic, through
 # the runbook DAGs; prints one report (RPO, audit-measured loss, RTO, records the moved group lost and re-read).

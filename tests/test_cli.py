@@ -114,3 +114,29 @@ def test_validate_refuses_a_producer_batching_the_writer_would_refuse_in_one_lin
                    "a->b.enabled = true\nb.producer.linger.ms = 60000\n")
     r = run("--config", str(cfg), "validate")
     assert r.returncode == 2 and "b.producer.linger.ms" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def _two_way(tmp_path: Path, reverse_enabled: bool = True) -> Path:
+    cfg = tmp_path / "two-way.properties"
+    cfg.write_text("clusters = A, B\nA.bootstrap.servers = 127.0.0.1:1\nB.bootstrap.servers = 127.0.0.1:1\n"
+                   f"A->B.enabled = true\nB->A.enabled = {str(reverse_enabled).lower()}\n")
+    return cfg
+
+
+def test_a_groups_regex_java_cannot_read_stops_a_failover_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    r = run("--config", str(_two_way(tmp_path)), "failover", "--source", "A", "--target", "B", "--groups", "[a&&b]",
+            "--dry-run")
+    assert r.returncode == 2, r.stderr
+    assert "groups regex '[a&&b]' is not valid: character class intersection (&&) is not supported" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_a_declared_but_disabled_flow_is_named_with_the_key_that_enables_it(tmp_path: Path) -> None:
+    cfg = _two_way(tmp_path, reverse_enabled=False)
+    r = run("--config", str(cfg), "failover", "--source", "A", "--target", "B", "--dry-run")
+    assert r.returncode == 2, r.stderr
+    assert ("cannot start the reverse flow: flow B->A is not enabled (set B->A.enabled = true, or run with "
+            "switch_flows off)") in r.stderr, r.stderr
+    r = run("--config", str(cfg), "backfill", "--flow", "B->A", "--from-offsets", '{"t": {"0": 0}}')
+    assert r.returncode == 2 and "flow B->A is not enabled (set B->A.enabled = true)" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 from mirrorflow import config, keys
-from mirrorflow.config import InvalidConfig
+from mirrorflow.errors import InvalidConfig
 from mirrorflow.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "include" / "examples"

@@ -74,7 +74,7 @@ def test_java_regexes_are_translated_to_the_same_meaning(java: str, matches: str
     (r"foo(", "missing \\)"),
 ])
 def test_regexes_python_cannot_honour_are_rejected_with_the_reason(java: str, reason: str) -> None:
-    with pytest.raises(ValueError, match=reason):
+    with pytest.raises(ConfigError, match=reason):
         java_regex_to_python(java)
 
 

@@ -100,8 +100,6 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
         master: str = "local[*]", spark: Any = None) -> BackfillReport:
     """Backfill the requested range of one flow; see the module's contract for the hand-over with the stream."""
     flow = cfg.flow(flow_name)
-    if not flow.enabled:
-        raise ConfigError(f"flow {flow.name} is not enabled (set {flow.name}.enabled = true)", source=cfg.source)
     audit.require_provenance(flow, "backfill")
     if from_offsets is None and window.from_ms is None:
         raise ConfigError("backfill needs where to start: --from-offsets or --from-time")

@@ -17,7 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from mirrorflow import keys, placeholders, properties
-from mirrorflow.errors import ConfigError
+from mirrorflow.errors import ConfigError, InvalidConfig, PlaceholderError
 from mirrorflow.filters import NameFilter
 from mirrorflow.policy import (
     DefaultReplicationPolicy,
@@ -168,11 +168,15 @@ class MirrorConfig:
     def enabled_flows(self) -> tuple[Flow, ...]:
         return tuple(f for f in self.flows if f.enabled)
 
-    def flow(self, name: str) -> Flow:
-        """The flow named `source->target`; ConfigError if it is not declared and enabled."""
-        for f in self.enabled_flows:
-            if f.name == name:
+    def flow(self, name: str, *, or_else: str = "") -> Flow:
+        """The enabled flow named `source->target`. ConfigError if it is not enabled (naming the key that enables it,
+        then `or_else`, another way out) or not a flow of this file (naming the enabled ones)."""
+        for f in self.flows:
+            if f.name == name and f.enabled:
                 return f
+            if f.name == name:
+                raise ConfigError(f"flow {name} is not enabled (set {name}.enabled = true{or_else})",
+                                  source=self.source)
         known = ", ".join(f.name for f in self.enabled_flows) or "none"
         raise ConfigError(f"no enabled flow {name!r} (enabled flows: {known})", source=self.source)
 
@@ -194,15 +198,6 @@ class MirrorConfig:
         for a in chosen:
             self.cluster(a)
         return replace(self, flows=tuple(f for f in self.flows if f.target in chosen))
-
-
-class InvalidConfig(ConfigError):
-    """Every problem found in a configuration, one line each; the first one is the message."""
-
-    def __init__(self, problems: list[ConfigError]) -> None:
-        self.problems = problems
-        Exception.__init__(self, str(problems[0]))
-        self.source, self.line, self.key = problems[0].source, problems[0].line, problems[0].key
 
 
 def load(path: str | Path, env: Mapping[str, str] | None = None) -> MirrorConfig:
@@ -253,7 +248,7 @@ class _Reader:
         if placeholders.has_placeholder(value):
             try:
                 value = placeholders.resolve(value, self.env)
-            except placeholders.PlaceholderError as exc:
+            except PlaceholderError as exc:
                 self.error(e.line, e.key, str(exc))
             return Setting(key, value, e.line, raw=e.value)
         return Setting(key, value, e.line)

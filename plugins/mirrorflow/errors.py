@@ -1,12 +1,21 @@
 """One exception tree, grouped by what the caller can do about it.
 
-    MirrorflowError
-     ├── ConfigError        fix the input (exit code 2)
-     └── OperationalError   something outside is wrong: retry or repair it (exit code 1)
-          └── LocalClusterError   the embedded local clusters could not be run
+    MirrorflowError                 its message is one actionable line
+     ├── ConfigError                fix the input: file, line, key (exit code 2)
+     │    ├── InvalidConfig         every problem of a configuration, the first one as the message
+     │    └── PlaceholderError      a ${provider:...} placeholder names nothing that exists
+     └── OperationalError           something outside is wrong: retry or repair it (exit code 1)
+          ├── LocalClusterError     the embedded local clusters could not be run
+          └── MirrorError           a Spark task met a failure retrying cannot fix: the flow stops
+
+A user's regex (topics, groups, their excludes) that cannot be read as Java's raises ConfigError, like any other
+bad input. MirrorError crosses from a Python worker to the driver as text: its message starts with FATAL, which the
+driver looks for in Spark's error (`stream.fatal_line`).
 """
 
 from __future__ import annotations
+
+FATAL = "mirrorflow-fatal: "
 
 
 class MirrorflowError(Exception):
@@ -22,11 +31,25 @@ class ConfigError(MirrorflowError):
 
     def __init__(self, message: str, *, source: str | None = None, line: int | None = None,
                  key: str | None = None) -> None:
-        self.source, self.line, self.key = source, line, key
+        self.source, self.line, self.key, self.reason = source, line, key, message
         where = ":".join(str(p) for p in (source, line) if p is not None)
         prefix = f"{where}: " if where else ""
         keypart = f"{key}: " if key else ""
         super().__init__(f"{prefix}{keypart}{message}")
+
+
+class InvalidConfig(ConfigError):
+    """Every problem found in a configuration, one line each; the first one is the message."""
+
+    def __init__(self, problems: list[ConfigError]) -> None:
+        self.problems = problems
+        Exception.__init__(self, str(problems[0]))
+        first = problems[0]
+        self.source, self.line, self.key, self.reason = first.source, first.line, first.key, first.reason
+
+
+class PlaceholderError(ConfigError):
+    """A placeholder names a provider, variable, file or key that does not exist."""
 
 
 class OperationalError(MirrorflowError):
@@ -37,3 +60,10 @@ class OperationalError(MirrorflowError):
 
 class LocalClusterError(OperationalError):
     """The embedded local Kafka clusters could not be started, stopped or reached."""
+
+
+class MirrorError(OperationalError):
+    """A task failure that retrying cannot fix; the driver stops the flow with this message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message if message.startswith(FATAL) else FATAL + message)

@@ -43,7 +43,7 @@ def split_list(value: str) -> list[str]:
 
 
 def java_regex_to_python(pattern: str) -> str:
-    """Translate one Java regex to an equivalent Python one, or raise ValueError with the reason."""
+    """Translate one Java regex to an equivalent Python one, or raise ConfigError with the reason."""
     out: list[str] = []
     i, in_class = 0, 0
     while i < len(pattern):
@@ -63,26 +63,26 @@ def java_regex_to_python(pattern: str) -> str:
                 name = m.group(1) if m else pattern[i + 2 : i + 3]
                 body = _POSIX.get(name.removeprefix("Is"), _POSIX.get(name))
                 if body is None:
-                    raise ValueError(f"\\{nxt}{{{name}}} is not supported")
+                    raise ConfigError(f"\\{nxt}{{{name}}} is not supported")
                 negate = (nxt == "P") != body.startswith("^")
                 body = body.removeprefix("^")
                 text = ("^" if negate else "") + body
                 if in_class and negate:
-                    raise ValueError(f"a negated \\{nxt}{{{name}}} inside a character class is not supported")
+                    raise ConfigError(f"a negated \\{nxt}{{{name}}} inside a character class is not supported")
                 out.append(text if in_class else f"[{text}]")
                 i += 2 + (len(m.group(0)) if m else 1)
                 continue
             elif nxt in _UNSUPPORTED_ESCAPES:
-                raise ValueError(f"{_UNSUPPORTED_ESCAPES[nxt]} is not supported")
+                raise ConfigError(f"{_UNSUPPORTED_ESCAPES[nxt]} is not supported")
             else:
                 out.append(ch + nxt)
             i += 2
             continue
         if in_class:
             if ch == "[":
-                raise ValueError("nested character classes are not supported")
+                raise ConfigError("nested character classes are not supported")
             if pattern.startswith("&&", i):
-                raise ValueError("character class intersection (&&) is not supported")
+                raise ConfigError("character class intersection (&&) is not supported")
             if ch == "]":
                 in_class = 0
             out.append(ch)
@@ -108,7 +108,7 @@ def java_regex_to_python(pattern: str) -> str:
     try:
         re.compile(translated)
     except re.error as exc:
-        raise ValueError(exc.msg) from None
+        raise ConfigError(exc.msg) from None
     return translated
 
 
@@ -145,6 +145,6 @@ def _compile_list(value: str, *, key: str, source: str | None, line: int | None)
     for item in split_list(value):
         try:
             out.append(java_regex_to_python(item))
-        except ValueError as exc:
+        except ConfigError as exc:
             raise ConfigError(f"bad regex {item!r}: {exc}", source=source, line=line, key=key) from None
     return tuple(out)

@@ -14,12 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from mirrorflow import properties
+from mirrorflow.errors import PlaceholderError
 
 _PLACEHOLDER = re.compile(r"\$\{(\w+):((?:[^}:]|:(?=[^}]*:))*?)(?::([^}]*))?\}")
-
-
-class PlaceholderError(ValueError):
-    """A placeholder names a provider, variable, file or key that does not exist."""
 
 
 def has_placeholder(value: str) -> bool:

@@ -148,20 +148,18 @@ def _flow(cfg: MirrorConfig, rb: Runbook) -> Flow:
                               f"{', '.join(cfg.clusters)})")
     if rb.source == rb.target:
         raise ConfigError(f"{rb.title}: source and target are the same cluster")
-    flow = cfg.flow(rb.flow_name)
-    if not flow.enabled:
-        raise ConfigError(f"{rb.title}: flow {flow.name} is not enabled in {cfg.source} "
-                          f"(enabled: {', '.join(f.name for f in cfg.enabled_flows) or 'none'})")
-    return flow
+    try:
+        return cfg.flow(rb.flow_name)
+    except ConfigError as exc:
+        raise ConfigError(f"{rb.title}: {exc.reason}", source=exc.source) from None
 
 
 def _reverse(cfg: MirrorConfig, rb: Runbook) -> Flow:
-    flow = cfg.flow(rb.reverse_name)
-    if not flow.enabled:
+    try:
+        return cfg.flow(rb.reverse_name, or_else=", or run with switch_flows off")
+    except ConfigError as exc:
         action = "start" if rb.kind == FAILOVER else "restart"
-        raise ConfigError(f"{rb.title}: cannot {action} flow {flow.name}: it is not enabled in {cfg.source} "
-                          f"(set {flow.name}.enabled = true, or run with switch_flows off)")
-    return flow
+        raise ConfigError(f"{rb.title}: cannot {action} the reverse flow: {exc.reason}", source=exc.source) from None
 
 
 def _group_pattern(text: str) -> re.Pattern[str]:

@@ -63,12 +63,12 @@ from mirrorflow import (
 )
 from mirrorflow.anchors import Anchor, PartitionAnchors
 from mirrorflow.config import Flow, MirrorConfig
-from mirrorflow.errors import ConfigError, OperationalError
+from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.filters import java_regex_to_python
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
 from mirrorflow.heartbeats import HeartbeatEmitter
 from mirrorflow.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release, Writers
-from mirrorflow.stream_writer import FATAL, INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
+from mirrorflow.stream_writer import INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,6 @@ class StreamOptions:
 def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOptions()) -> None:
     """Mirror one flow until SIGTERM/SIGINT (returns) or a fatal error (raises)."""
     flow = cfg.flow(flow_name)
-    if not flow.enabled:
-        raise ConfigError(f"flow {flow.name} is not enabled (set {flow.name}.enabled = true)",
-                          source=cfg.source)
     driver = _Driver(cfg, flow, options)
     driver.install_signal_handlers()
     try:

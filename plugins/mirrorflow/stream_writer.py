@@ -45,7 +45,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from mirrorflow import digests, metrics, offset_syncs, provenance
 from mirrorflow.anchors import Anchor
-from mirrorflow.errors import ConfigError, OperationalError
+from mirrorflow.errors import ConfigError, MirrorError, OperationalError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
 from mirrorflow.offset_syncs import Position
 
@@ -74,7 +74,6 @@ SUMMARY_SCHEMA = (
     "producer_inits long, digest_cells array<long>, digest_records array<long>, digest_refused array<long>, "
     "digest_xors array<long>, digest_target_firsts array<long>"
 )
-FATAL = "mirrorflow-fatal: "
 # Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
 # the coordinator aborted (it outlived transaction.timeout.ms): the partition is stuck, not the flow broken.
 _STUCK = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -120,13 +119,6 @@ class WriterSpec:
     fence_syncs: bool = False
     # Transactional: workers keep producers across batches (a local master: the marks below see every worker).
     keep_producers: bool = True
-
-
-class MirrorError(Exception):
-    """A task failure that retrying cannot fix; the driver stops the flow with this message."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(FATAL + message)
 
 
 def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
