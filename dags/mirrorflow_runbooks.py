@@ -118,13 +118,14 @@ def runbook_dag(kind: str) -> DAG:
             approved = scheduled.runbook_approval_note(params)
             return scheduled.runbook_report(pre, drained, moved, switched, approved)
 
-        pre = preflight()
+        # Each call gives the step's XComArg, which Airflow hands the next step as its result: typed Any here.
+        pre: Any = preflight()
         gate = needs_approval()
-        drained = drain(pre)
+        drained: Any = drain(pre)
         pre >> gate >> [approval, drained]
         approval >> drained
-        moved = move_groups(pre, drained)
-        switched = switch_flows(pre, moved)
+        moved: Any = move_groups(pre, drained)
+        switched: Any = switch_flows(pre, moved)
         report(pre, drained, moved, switched)
     return dag
 

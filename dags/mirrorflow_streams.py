@@ -25,6 +25,7 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, get_current_context, task
@@ -44,7 +45,7 @@ def stream_dag(flow: Flow) -> DAG:
              tags=["mirrorflow", "stream", flow.source, flow.target]) as dag:
 
         check = StreamLaunchCheck(task_id="check", config_path=CONFIG, flow_name=flow.name)
-        jars = check.output
+        jars: Any = check.output  # an XComArg: the jar list once the check has run
         mirror = SparkSubmitOperator(
             task_id="mirror", conn_id=deployment.SPARK_CONNECTION, application=str(APPLICATION),
             name=f"mirrorflow {flow.name}", jars=jars, driver_memory="1g",

@@ -197,3 +197,16 @@ def test_a_flow_dag_runs_at_its_shortest_interval_and_its_checkpoint_rounds_end_
     flow = load(BASE + "A->B.enabled = true\nsync.topic.acls.enabled = false\nsync.topic.acls.interval.seconds = 120"
                 "\nmirrorflow.health.interval.seconds = 300\nmirrorflow.checkpoints.task.seconds = 0\n").flow("A->B")
     assert (deployment.flow_period(flow), deployment.checkpoint_window(flow)) == (300, 0)
+
+
+def test_the_dags_find_the_config_in_the_environment_without_asking_the_metadata_database(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from mirrorflow import deployment
+
+    monkeypatch.delenv("MIRRORFLOW_CONFIG", raising=False)
+    monkeypatch.delenv("AIRFLOW_VAR_MIRRORFLOW_CONFIG", raising=False)
+    assert deployment.config_path(tmp_path) == tmp_path / "include" / "mirrorflow.properties"
+    monkeypatch.setenv("AIRFLOW_VAR_MIRRORFLOW_CONFIG", "/etc/mirrorflow/variable.properties")
+    assert deployment.config_path(tmp_path) == Path("/etc/mirrorflow/variable.properties")
+    monkeypatch.setenv("MIRRORFLOW_CONFIG", "/etc/mirrorflow/env.properties")
+    assert deployment.config_path(tmp_path) == Path("/etc/mirrorflow/env.properties")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import html
 import logging
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -40,13 +39,8 @@ pre{background:#f7fafc;padding:.6rem;overflow:auto}
 
 
 def config_path() -> Path:
-    """The deployment's config, found as the DAGs find it (env, then the Airflow Variable, then the default)."""
-    if os.environ.get("MIRRORFLOW_CONFIG"):
-        return Path(os.environ["MIRRORFLOW_CONFIG"])
-    from airflow.models.variable import Variable
-
-    chosen = Variable.get(deployment.CONFIG_VARIABLE, default_var=None)
-    return Path(chosen) if chosen else PROJECT / deployment.DEFAULT_CONFIG
+    """The deployment's config, found as the DAGs find it."""
+    return deployment.config_path(PROJECT)
 
 
 def _page(title: str, body: str) -> str:

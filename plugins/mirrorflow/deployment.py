@@ -12,6 +12,9 @@ from mirrorflow.config import Flow, MirrorConfig
 
 DEFAULT_CONFIG = Path("include") / "mirrorflow.properties"
 CONFIG_VARIABLE = "mirrorflow_config"
+# The Variable as Airflow itself reads it from the environment (`AIRFLOW_VAR_{KEY}`): DAG files look for the config
+# at parse time, when a metadata-database round trip per file is what Airflow's best practices rule out.
+CONFIG_VARIABLE_ENV = f"AIRFLOW_VAR_{CONFIG_VARIABLE.upper()}"
 SPARK_CONNECTION = "mirrorflow_spark"  # the Spark master the stream DAGs submit to (host local[*] locally)
 # Every task: owned by mirrorflow; no blind retries (scheduled DAGs run again at their next interval, runbook
 # steps must not repeat by themselves).
@@ -21,12 +24,11 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def config_path(project: Path) -> Path:
-    """`$MIRRORFLOW_CONFIG`, else the Airflow Variable `mirrorflow_config`, else `include/mirrorflow.properties`."""
-    if os.environ.get("MIRRORFLOW_CONFIG"):
-        return Path(os.environ["MIRRORFLOW_CONFIG"])
-    from airflow.sdk import Variable
-
-    return Path(Variable.get(CONFIG_VARIABLE, default=None) or project / DEFAULT_CONFIG)
+    """`$MIRRORFLOW_CONFIG`, else the Airflow Variable `mirrorflow_config` given in the environment
+    (`$AIRFLOW_VAR_MIRRORFLOW_CONFIG`), else `include/mirrorflow.properties` under `project`. Environment only: no
+    metadata-database round trip while a DAG file is parsed."""
+    chosen = os.environ.get("MIRRORFLOW_CONFIG") or os.environ.get(CONFIG_VARIABLE_ENV)
+    return Path(chosen) if chosen else project / DEFAULT_CONFIG
 
 
 def connection_id(alias: str) -> str:
