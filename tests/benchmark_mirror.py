@@ -554,7 +554,7 @@ def main() -> None:
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
     os.environ.setdefault("MIRRORFLOW_TOXIPROXY", str(REPO / ".mirrorflow" / "bin" / "toxiproxy-server"))
-    from mirrorflow import config, local, maven, netfaults
+    from mirrorflow import config, local, maven, netfaults, paths
 
     cfg = config.from_text(f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SRC}\n"
                            f"dst.bootstrap.servers = 127.0.0.1:{DST}\n", source="bench")
@@ -572,7 +572,7 @@ def main() -> None:
                   "lat-wan-mm2", "lat-wan", "lat-wanw-mm2", "lat-wanw"]
         for created in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in topics]).values():
             created.result(60)
-        cache = local.jar_cache()
+        cache = paths.jar_cache()
         limit = perf_tools(maven.fetch("kafka-broker", maven.KAFKA_BROKER, cache), args.records)
         print("limit", limit, flush=True)
         mm2_jars = maven.fetch("mirror-maker", maven.MIRROR_MAKER, cache)

@@ -67,7 +67,7 @@ def produce_transactions(topic: str, partitions: int, transactions: int, per_tra
 
 
 def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float = 1800, poll_s: float = 1.0) -> float:
-    from mirrorflow import offset_syncs
+    from mirrorflow import offset_sync_log, offset_syncs
     from streams import end_offsets, wait_for
 
     source = cfg.flow(flow).source
@@ -76,7 +76,7 @@ def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float =
     begun = time.monotonic()
 
     def caught_up() -> bool:
-        positions = offset_syncs.read({"bootstrap.servers": target, **QUIET},
+        positions = offset_sync_log.read({"bootstrap.servers": target, **QUIET},
                                       offset_syncs.topic_name(source)).positions
         return all(positions.get((topic, p)) is not None and positions[(topic, p)].upstream_next >= e
                    for p, e in enumerate(ends))
@@ -90,10 +90,10 @@ def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float =
 
 
 def syncs_size(target: str, source: str) -> dict[str, int]:
-    from mirrorflow import offset_syncs
+    from mirrorflow import offset_sync_log, offset_syncs
     from streams import end_offsets
 
-    state = offset_syncs.read({"bootstrap.servers": target, **QUIET}, offset_syncs.topic_name(source))
+    state = offset_sync_log.read({"bootstrap.servers": target, **QUIET}, offset_syncs.topic_name(source))
     return {"live": state.live_records(), "written": end_offsets(target, offset_syncs.topic_name(source))[0],
             "anchors_max": max((len(a) for a in state.anchors.values()), default=0)}
 
@@ -267,10 +267,10 @@ def main() -> None:
 
 def _batches(stream: Any) -> int:
     """Micro-batches the stream has completed, from its status file."""
-    from mirrorflow import local, metrics
+    from mirrorflow import metrics, paths
 
     source, target = stream.flow.split("->")
-    data = metrics.read_status(local.home() / "streams" / f"{source}-{target}" / "status.json")
+    data = metrics.read_status(paths.home() / "streams" / f"{source}-{target}" / "status.json")
     return int(data.get("batches", 0)) if data else 0
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 from conftest import PORTS, REPO, deployment
-from mirrorflow import admin_sync, audit, backfill, config, offset_syncs
+from mirrorflow import admin_sync, audit, backfill, config, offset_sync_log, offset_syncs
 from mirrorflow.offset_syncs import Position
 from mirrorflow.provenance import HEADER, Provenance
 from mirrorflow.ranges import Window
@@ -265,7 +265,7 @@ def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
     assert state == "success" and repaired["written"] == 7
     # Below the flow's position only, and without offset syncs (the repaired records come after later ones).
     assert [(p["mode"], p["start"], p["end"]) for p in repaired["partitions"]] == [("repair", 5, 40), ("repair", 0, 40)]
-    syncs = offset_syncs.read({"bootstrap.servers": BETA}, offset_syncs.topic_name("quarry"))
+    syncs = offset_sync_log.read({"bootstrap.servers": BETA}, offset_syncs.topic_name("quarry"))
     assert not syncs.anchors.get(("bf.gap", 0)) and syncs.positions[("bf.gap", 0)].upstream_next == 40
 
     state, xcom = _dag_audit(cfg_path, window_start + timedelta(hours=1))

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from conftest import PORTS, deployment
-from mirrorflow import checkpoints, config, local, maven, offset_syncs
+from mirrorflow import checkpoints, config, maven, offset_sync_log, paths
 from mirrorflow.checkpoints import Checkpoint
 from streams import (
     QUIET,
@@ -116,9 +116,9 @@ def _target_offset(topic: str, partition: int, upstream: int) -> int:
 
 
 def _positions(topic: str) -> dict[int, int]:
-    from mirrorflow import offset_syncs
+    from mirrorflow import offset_sync_log
 
-    syncs = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, "mirrorflow-offset-syncs.alpha.internal")
+    syncs = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, "mirrorflow-offset-syncs.alpha.internal")
     positions = syncs.positions
     return {p: pos.upstream_next for (t, p), pos in positions.items() if t == topic}
 
@@ -216,7 +216,7 @@ def test_compaction_holes_in_the_source_are_translated_exactly(setup) -> None:  
 def test_checkpoints_are_what_mm2s_own_remote_cluster_utils_reads(setup, repo) -> None:  # type: ignore[no-untyped-def]
     if shutil.which("java") is None:
         pytest.fail("java is required for this test")
-    jars = maven.fetch("mirror-client", maven.MIRROR_CLIENT, local.jar_cache())
+    jars = maven.fetch("mirror-client", maven.MIRROR_CLIENT, paths.jar_cache())
     ours = _checkpoints("g-random")
     oracle = repo / "tests" / "java" / "RemoteClusterOracle.java"
     out = subprocess.run(["java", "-cp", maven.classpath(jars), str(oracle), "translate", BETA, "alpha", "g-random"],
@@ -334,7 +334,7 @@ def test_the_flow_dag_runs_a_checkpoint_round_end_to_end(setup, airflow_home) ->
 
 def test_offset_sync_state_is_bounded_and_forgets_what_the_source_no_longer_holds(setup) -> None:  # type: ignore[no-untyped-def]
     cfg, _, stream = setup
-    state = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
+    state = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
     assert max(len(a) for a in state.anchors.values()) <= 8
     assert len(state.anchors[("c1.behind", 0)]) >= 3, "the 10,000 records came in many batches"
     assert state.live_records() <= 9 * len(state.partitions())
@@ -352,7 +352,7 @@ def test_offset_sync_state_is_bounded_and_forgets_what_the_source_no_longer_hold
     def forgotten() -> bool:  # batches must run for the driver to prune: a record now and then
         p.produce(ORDERS, b"tick", partition=2)
         p.flush(30)
-        now = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
+        now = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
         behind = [a.upstream for a in now.anchors.get(("c1.behind", 0), {}).values()]
         return (not any(t == "c1.doomed" for t, _ in now.partitions())
                 and len([u for u in behind if u < 6000]) == 1)

@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 from conftest import PORTS
-from mirrorflow import admin_sync, config, offset_syncs
+from mirrorflow import admin_sync, config, offset_sync_log
 from mirrorflow.offset_syncs import OffsetRun, Position
 from mirrorflow.provenance import HEADER, Provenance
 from mirrorflow.stream import StreamOptions, _Driver
@@ -54,7 +54,7 @@ def test_runs_of_an_older_version_become_anchors_and_translate_exactly(stream_cl
     for record in [*runs, Position("mig.orders", 0, 400, len(target))]:
         p.produce(SYNCS, record.value(), record.key(), partition=0)
     assert p.flush(30) == 0
-    before = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
+    before = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
     assert len(before.runs[("mig.orders", 0)]) == len({r.upstream for r in runs}) > 100
 
     driver = _Driver(cfg, cfg.flow("alpha->beta"), StreamOptions())
@@ -64,7 +64,7 @@ def test_runs_of_an_older_version_become_anchors_and_translate_exactly(stream_cl
     assert {k: configs[k].value for k in admin_sync.COMPACTED} == admin_sync.COMPACTED, "an older topic is altered"
     driver._load_syncs()
 
-    after = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
+    after = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
     assert not after.runs.get(("mig.orders", 0)), "the old runs are tombstoned"
     anchors = sorted(after.anchors[("mig.orders", 0)].values(), key=lambda a: a.downstream)
     assert 2 <= len(anchors) <= 255 and anchors[0].origin

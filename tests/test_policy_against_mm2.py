@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from mirrorflow import local, maven
+from mirrorflow import maven, paths
 from mirrorflow.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
@@ -42,7 +42,7 @@ def python_answers(p: ReplicationPolicy, topic: str) -> list[str]:
 def test_policies_answer_as_mm2_does(sep: str, repo, cluster_env) -> None:  # type: ignore[no-untyped-def]
     if shutil.which("java") is None:
         pytest.fail("java is required for this test")
-    jars = maven.fetch("mirror-client", maven.MIRROR_CLIENT, local.jar_cache())
+    jars = maven.fetch("mirror-client", maven.MIRROR_CLIENT, paths.jar_cache())
     names = generated_names(len(sep), sep)
     out = subprocess.run(
         ["java", "-cp", maven.classpath(jars), str(repo / "tests" / "java" / "PolicyOracle.java"), sep],

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from conftest import PORTS
-from mirrorflow import config, local, offset_syncs
+from mirrorflow import config, local, offset_sync_log
 from mirrorflow.target_reader import TargetRecords
 from mirrorflow.translation import PartitionSyncs, target_offsets
 from streams import (
@@ -108,12 +108,12 @@ def test_offset_syncs_translate_every_mirrored_record_exactly(mirror: StreamProc
     topic = "mirrorflow-offset-syncs.alpha.internal"
 
     def positions() -> set[tuple[int, int]]:
-        return {(p, pos.upstream_next) for (t, p), pos in offset_syncs.read(settings, topic).positions.items()
+        return {(p, pos.upstream_next) for (t, p), pos in offset_sync_log.read(settings, topic).positions.items()
                 if t == "m1.fields"}
 
     wait_for(lambda: positions() >= {(0, source_ends[0]), (1, source_ends[1]), (2, source_ends[2])}, 60,
              "positions at the source's end", mirror)
-    state = offset_syncs.read(settings, topic)
+    state = offset_sync_log.read(settings, topic)
     records = TargetRecords(settings, "alpha")
     try:
         for partition in (0, 1, 2):

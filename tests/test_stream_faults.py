@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import PORTS
-from mirrorflow import config, local, offset_syncs, ranges
+from mirrorflow import config, local, offset_sync_log, offset_syncs, ranges
 from streams import (
     QUIET,
     StreamProcess,
@@ -109,7 +109,7 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
         assert after == [f"b-0-{i}".encode() for i in range(50, 100)]
 
         def recorded() -> dict[tuple[str, int], tuple[int, tuple[tuple[int, int], ...]]]:
-            syncs = offset_syncs.read({"bootstrap.servers": BETA, **QUIET}, offset_syncs.topic_name("lossy"))
+            syncs = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, offset_syncs.topic_name("lossy"))
             return {tp: (loss.lost, loss.ranges) for tp, loss in syncs.losses.items()}
 
         # The driver records the loss once the batch's records are written: wait for it, bounded.

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import clusters_text
-from mirrorflow import clients, config, heartbeats, local, maven, topology
+from mirrorflow import clients, config, heartbeats, maven, paths, topology
 from streams import StreamProcess, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -22,7 +22,7 @@ def oracle(repo: Path, cluster: config.Cluster, *args: str, tmp: Path) -> list[s
     """MM2's RemoteClusterUtils answering about `cluster` (with its client settings)."""
     if shutil.which("java") is None:
         pytest.fail("java is required for this test")
-    jars = maven.fetch("mirror-client", maven.MIRROR_CLIENT, local.jar_cache())
+    jars = maven.fetch("mirror-client", maven.MIRROR_CLIENT, paths.jar_cache())
     props = tmp / f"{cluster.alias}-client.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in cluster.client_config("admin").items()
                              if k != "bootstrap.servers"))

@@ -31,7 +31,7 @@ from typing import Any
 from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from mirrorflow import admin_sync, clients, flow_lease, metrics, offset_syncs, selection, wire
+from mirrorflow import admin_sync, clients, flow_lease, metrics, offset_sync_log, offset_syncs, selection, wire
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import OperationalError
 from mirrorflow.internal_log import InternalLog
@@ -126,7 +126,7 @@ class GroupOffsets:
         self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
         self.source_admin: AdminClient = clients.admin(self.source)
         self.target_admin: AdminClient = clients.admin(self.target)
-        self._syncs: dict[str, offset_syncs.SyncsState] = {}
+        self._syncs: dict[str, offset_sync_log.SyncsState] = {}
         self._readers: dict[str, TargetRecords] = {}
         self.unread: dict[str, str] = {}  # groups whose offsets the last read could not get, and why
 
@@ -251,12 +251,12 @@ class GroupOffsets:
             return None
         return mm2_comparison(syncs, p.source_offset, reader, self.flow.number("offset.lag.max"))
 
-    def _state(self, upstream_alias: str) -> offset_syncs.SyncsState:
+    def _state(self, upstream_alias: str) -> offset_sync_log.SyncsState:
         """The syncs of flow {upstream_alias}->x: the flow's own on the target, or the reverse's on the source."""
         if upstream_alias not in self._syncs:
             on = self.target if upstream_alias == self.flow.source else self.source
             topic = offset_syncs.topic_name(upstream_alias, self.policy.separator)
-            self._syncs[upstream_alias] = offset_syncs.SyncsState(clients.settings(on, "consumer"), topic).refresh()
+            self._syncs[upstream_alias] = offset_sync_log.SyncsState(clients.settings(on, "consumer"), topic).refresh()
         return self._syncs[upstream_alias]
 
     def _partition_syncs(self, upstream_alias: str, topic: str, partition: int) -> PartitionSyncs:

@@ -23,7 +23,7 @@ from typing import Any
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from mirrorflow import admin_sync, clients, flow_lease, heartbeats, offset_syncs, selection
+from mirrorflow import admin_sync, clients, flow_lease, heartbeats, offset_sync_log, offset_syncs, selection
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import OperationalError
 from mirrorflow.policy import HEARTBEATS_TOPIC, is_heartbeats_topic
@@ -216,7 +216,7 @@ class FlowHealth:
                 "lost": [{"topic": x.topic, "partition": x.partition, "records": x.lost} for x in self.losing()]}
 
 
-def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_syncs.SyncsState | None = None) -> list[PartitionLag]:
+def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_sync_log.SyncsState | None = None) -> list[PartitionLag]:
     """Per replicated source partition (heartbeats topics aside): its end and what the flow has mirrored of it.
 
     `syncs`: a long-lived view of the flow's offset syncs, refreshed with what is new (else read once)."""
@@ -230,7 +230,7 @@ def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_syncs.SyncsState | None = 
                               IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
     starts = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     if syncs is None:
-        syncs = offset_syncs.read(clients.settings(target, "consumer"),
+        syncs = offset_sync_log.read(clients.settings(target, "consumer"),
                                   offset_syncs.topic_name(flow.source, flow.policy.separator))
     else:
         syncs.refresh()
@@ -329,7 +329,7 @@ def wait_caught_up(cfg: MirrorConfig, flow: Flow, timeout_s: float,
     """Wait until every replicated partition's lag is 0; raises naming the partitions still behind."""
     deadline = time.monotonic() + timeout_s
     target = cfg.cluster(flow.target)
-    syncs = offset_syncs.SyncsState(clients.settings(target, "consumer"),
+    syncs = offset_sync_log.SyncsState(clients.settings(target, "consumer"),
                                     offset_syncs.topic_name(flow.source, flow.policy.separator))
     try:
         while True:

@@ -42,21 +42,13 @@ from mirrorflow import maven
 from mirrorflow.client_config import jaas_credentials
 from mirrorflow.config import Cluster, MirrorConfig
 from mirrorflow.errors import LocalClusterError
+from mirrorflow.paths import home, jar_cache
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 HEAP = os.environ.get("MIRRORFLOW_BROKER_HEAP", "384m")
 START_TIMEOUT_S = float(os.environ.get("MIRRORFLOW_BROKER_START_TIMEOUT", "90"))
 SUPER_USER = "admin"
 QUORUM_SIZE = 3  # controllers of a cluster with at least this many brokers; below it, node 1 alone
-
-
-def home() -> Path:
-    """The git-ignored runtime folder (`MIRRORFLOW_HOME`, default `./.mirrorflow`)."""
-    return Path(os.environ.get("MIRRORFLOW_HOME", ".mirrorflow")).resolve()
-
-
-def jar_cache() -> Path:
-    return Path(os.environ.get("MIRRORFLOW_JAR_CACHE", str(home() / "jars"))).resolve()
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mirrorflow import local
+from mirrorflow import paths
 from mirrorflow.deployment import SPARK_CONNECTION
 from mirrorflow.errors import OperationalError
 
@@ -47,7 +47,7 @@ class AirflowState:
 
 
 def home() -> Path:
-    return local.home() / "airflow"
+    return paths.home() / "airflow"
 
 
 def _pid_file() -> Path:
@@ -74,7 +74,7 @@ def environment(project: Path, config_path: Path) -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port()}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port()}/execution/",
         "MIRRORFLOW_CONFIG": str(config_path),
-        "MIRRORFLOW_HOME": str(local.home()),
+        "MIRRORFLOW_HOME": str(paths.home()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
         "PYSPARK_PYTHON": sys.executable,
         # Airflow 3.3 reads ignore files with a pathspec pattern class that pathspec 1 deprecates: one warning in

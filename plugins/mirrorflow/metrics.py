@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from mirrorflow import local
+from mirrorflow import paths
 from mirrorflow.config import Flow
 
 BATCH_TIMES = 100  # micro-batches whose timings the metrics keep
@@ -421,7 +421,7 @@ def checkpoint_line(status: Mapping[str, Any], now: float | None = None) -> str:
 
 def flow_home(flow: Flow) -> Path:
     """Where a flow's stream checkpoint and status files live: `$MIRRORFLOW_HOME/streams/{source}-{target}`."""
-    return local.home() / "streams" / f"{flow.source}-{flow.target}"
+    return paths.home() / "streams" / f"{flow.source}-{flow.target}"
 
 
 def status_file(flow: Flow) -> Path:

@@ -22,14 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mirrorflow import local
+from mirrorflow import paths
 from mirrorflow.errors import LocalClusterError
 
 TOXIPROXY_VERSION = "v2.5.0"  # the newest github.com/Shopify/toxiproxy/v2 the Go module proxy serves here
 
 
 def server_binary() -> Path:
-    return Path(os.environ.get("MIRRORFLOW_TOXIPROXY", str(local.home() / "bin" / "toxiproxy-server")))
+    return Path(os.environ.get("MIRRORFLOW_TOXIPROXY", str(paths.home() / "bin" / "toxiproxy-server")))
 
 
 @dataclass(frozen=True)

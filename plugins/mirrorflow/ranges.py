@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from mirrorflow import admin_sync, clients, offset_syncs, selection, translation
+from mirrorflow import admin_sync, clients, offset_sync_log, offset_syncs, selection, translation
 from mirrorflow.config import Flow, MirrorConfig
 from mirrorflow.errors import ConfigError
 from mirrorflow.policy import is_heartbeats_topic
@@ -150,7 +150,7 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
         starts = earliest
     remote = {t: flow.policy.remote_topic(flow.source, t) for t, _ in partitions}
     floors = _target_floors(target_admin, target.alias, [(remote[t], p) for t, p in partitions], window.from_ms)
-    syncs_state = offset_syncs.read(clients.settings(target, "consumer"),
+    syncs_state = offset_sync_log.read(clients.settings(target, "consumer"),
                                     offset_syncs.topic_name(flow.source, flow.policy.separator))
     records = TargetRecords(clients.settings(target, "consumer"), flow.source)
     out = []

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 
-from mirrorflow import admin_sync, clients, offset_syncs, selection, stream_writer
+from mirrorflow import admin_sync, clients, offset_sync_log, offset_syncs, selection, stream_writer
 from mirrorflow.config import Cluster, MirrorConfig
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard
@@ -82,7 +82,7 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
             "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
             "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
-        syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
+        syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
         clean = syncs.release is not None
         lease.wait_out_previous_writer(clean)  # a stream that did not stop cleanly: its last writes land or expire
         _confirm(lease, flow.name, target)
@@ -95,7 +95,7 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             # W4: the stream's transactions abort, none commits after this reset's positions. The slots a frozen
             # driver recorded while this reset waited count too.
             before = syncs.writers.slots if syncs.writers is not None else 0
-            syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
+            syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
             slots = max(before, syncs.writers.slots if syncs.writers is not None else 0)
 
             def still_held() -> bool:  # W1 while fencing: never fence the slots of a stream that took over
@@ -106,7 +106,7 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             stream_writer.fence(flow.name, flow.target, clients.settings(target, "producer"),
                                 [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)],
                                 still_held)
-            syncs = offset_syncs.read(clients.settings(target, "consumer"), syncs_topic)
+            syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
         positions = syncs.positions
         remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)
         if remote_gone and len(tps) < counts[topic]:
@@ -147,7 +147,7 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
 
 
 def _remote_gone(cfg: MirrorConfig, flow_name: str, topic: str, partitions: int,
-                 syncs: offset_syncs.SyncsState) -> str:
+                 syncs: offset_sync_log.SyncsState) -> str:
     """Why the topic's remote topic no longer holds the flow's copies (deleted, or re-created / truncated: it
     ends below where the next copy would land), or "" when it does."""
     flow = cfg.flow(flow_name)
@@ -185,6 +185,6 @@ def _resolve(to: str | int, start: int, end: int, tp: tuple[str, int]) -> int:
     return to
 
 
-def requested_since(syncs: offset_syncs.SyncsState, marker: str | None) -> bool:
+def requested_since(syncs: offset_sync_log.SyncsState, marker: str | None) -> bool:
     """True when the offset syncs hold a reset the stream's Spark checkpoint (its `marker`) does not know."""
     return syncs.reset is not None and marker != str(syncs.reset.at_ms)

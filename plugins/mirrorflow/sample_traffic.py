@@ -25,7 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import NewTopic
 
-from mirrorflow import admin_sync, clients, config, local
+from mirrorflow import admin_sync, clients, config, paths
 from mirrorflow.errors import ConfigError, OperationalError
 
 MAX_RATE = 1000.0
@@ -69,7 +69,7 @@ def remote_copies_pattern(topic: str) -> str:
 
 
 def _state_file(cluster: str) -> Path:
-    return local.home() / "traffic" / f"{cluster}.json"
+    return paths.home() / "traffic" / f"{cluster}.json"
 
 
 def read(cluster: str) -> Traffic | None:

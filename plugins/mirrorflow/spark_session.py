@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from mirrorflow import local, maven, spark_logs
+from mirrorflow import maven, paths, spark_logs
 from mirrorflow.config import Cluster
 
 # Options Spark's Kafka source refuses or owns; a cluster's consumer settings pass on without them.
@@ -25,7 +25,7 @@ _SPARK_OWNED = {"group.id", "auto.offset.reset", "key.deserializer", "value.dese
 
 def kafka_jars() -> list[Path]:
     """Spark's Kafka connector and what it needs beyond PySpark's own jars (fetched once with Maven)."""
-    return maven.jars(maven.fetch("spark-kafka", maven.SPARK_KAFKA, local.jar_cache()), maven.SPARK_KAFKA_JARS)
+    return maven.jars(maven.fetch("spark-kafka", maven.SPARK_KAFKA, paths.jar_cache()), maven.SPARK_KAFKA_JARS)
 
 
 def kafka_options(cluster: Cluster, **overrides: str) -> dict[str, str]:

@@ -55,6 +55,7 @@ from mirrorflow import (
     digests,
     lifecycle,
     metrics,
+    offset_sync_log,
     offset_syncs,
     reset,
     selection,
@@ -226,7 +227,7 @@ class _Driver:
         """With the lease just held (at start, or regained): wait out the previous holder's writes unless it stopped
         cleanly or there was none (`fresh`: the offset-syncs topic was just created; W3), then fence and load."""
         assert self.lease is not None
-        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+        syncs = offset_sync_log.read(self.consumer_settings, self.syncs_topic)
         clean = fresh or syncs.release is not None
         self.lease.wait_out_previous_writer(clean)
         self.position_producer = None
@@ -261,10 +262,10 @@ class _Driver:
             return max(1, int(self.spark.sparkContext.defaultParallelism))
         return spark_session.local_cores(self.options.master) or os.cpu_count() or 1
 
-    def _load_syncs(self, syncs: offset_syncs.SyncsState | None = None) -> None:
+    def _load_syncs(self, syncs: offset_sync_log.SyncsState | None = None) -> None:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
         anchors (and tombstones)."""
-        syncs = syncs or offset_syncs.read(self.consumer_settings, self.syncs_topic)
+        syncs = syncs or offset_sync_log.read(self.consumer_settings, self.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
         self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
         self.losses = dict(syncs.losses)
@@ -562,7 +563,7 @@ class _Driver:
     def _reload_positions(self) -> None:
         """Positions in the offset syncs ahead of the driver's: written by tasks of a batch whose summaries never
         came back. Adopted with where their next record lands, and their batch's first record as an anchor."""
-        syncs = offset_syncs.read(self.consumer_settings, self.syncs_topic)
+        syncs = offset_sync_log.read(self.consumer_settings, self.syncs_topic)
         for tp, position in syncs.positions.items():
             if position.upstream_next <= self.mirrored.get(tp, -1):
                 continue

@@ -43,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from mirrorflow import digests, metrics, offset_syncs, provenance
+from mirrorflow import digests, metrics, offset_sync_log, provenance
 from mirrorflow.anchors import Anchor
 from mirrorflow.errors import ConfigError, MirrorError, OperationalError
 from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
@@ -817,7 +817,7 @@ def _committed_positions(spec: WriterSpec) -> Mapping[TopicPartition, Position]:
     """After a task retry, a previous attempt may have committed: ask the target (once a task), not the driver."""
     if _task_attempt() == 0:
         return {}
-    return offset_syncs.read(spec.consumer_settings, spec.syncs_topic).positions
+    return offset_sync_log.read(spec.consumer_settings, spec.syncs_topic).positions
 
 
 _ARROW_SCHEMA = pa.schema([
