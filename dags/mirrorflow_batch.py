@@ -24,8 +24,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 from airflow.timetables.interval import CronDataIntervalTimetable
-from mirrorflow import deployment, scheduled
-from mirrorflow.config import Flow
+from mirrorflow.entry import deployment, scheduled
+from mirrorflow.model.config import Flow
 
 CONFIG = deployment.config_path(Path(__file__).resolve().parent.parent)
 FLOWS = deployment.flows(CONFIG)

@@ -19,8 +19,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from airflow.sdk import DAG, task
-from mirrorflow import deployment, scheduled
-from mirrorflow.config import Flow
+from mirrorflow.entry import deployment, scheduled
+from mirrorflow.model.config import Flow
 
 CONFIG = deployment.config_path(Path(__file__).resolve().parent.parent)
 # Every task here is idempotent, so one retry is safe; it covers a task that could not even start (at Airflow's

@@ -28,7 +28,8 @@ from typing import Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
-from mirrorflow import config, deployment, scheduled
+from mirrorflow.entry import deployment, scheduled
+from mirrorflow.model import config
 
 CONFIG = deployment.config_path(Path(__file__).resolve().parent.parent)
 _CFG = config.load(CONFIG)

@@ -29,9 +29,9 @@ from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 from airflow.sdk import DAG, Param, get_current_context, task
-from mirrorflow import deployment, scheduled
-from mirrorflow.config import Flow
-from mirrorflow.stream_watch import StreamLaunchCheck
+from mirrorflow.entry import deployment, scheduled
+from mirrorflow.entry.stream_watch import StreamLaunchCheck
+from mirrorflow.model.config import Flow
 
 PROJECT = Path(__file__).resolve().parent.parent
 CONFIG = deployment.config_path(PROJECT)

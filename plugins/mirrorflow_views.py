@@ -1,7 +1,7 @@
-"""Registers mirrorflow's pages with Airflow's UI (mirrorflow.airflow_views): Flows, and each run's report tab."""
+"""Registers mirrorflow's pages with Airflow's UI (mirrorflow.entry.airflow_views): Flows, and each run's report tab."""
 
 from airflow.plugins_manager import AirflowPlugin
-from mirrorflow import airflow_views
+from mirrorflow.entry import airflow_views
 
 
 class MirrorflowViews(AirflowPlugin):

@@ -49,7 +49,10 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
-    from mirrorflow import audit, backfill, config, local, spark_session
+    from mirrorflow.dev import local
+    from mirrorflow.jobs import audit, backfill
+    from mirrorflow.model import config
+    from mirrorflow.spark import spark_session
 
     text = (f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SRC}\ndst.bootstrap.servers = 127.0.0.1:{DST}\n"
             "src->dst.enabled = true\nsrc->dst.topics = bench\nreplication.factor = 1\n"

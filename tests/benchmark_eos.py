@@ -73,7 +73,7 @@ def _run(work: Path, mode: str, partitions: int, run: int) -> dict[str, object]:
         *MODES[mode], ""]))
     launched = time.monotonic()
     log = (work / f"{topic}.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "stream", "--flow",
+    proc = subprocess.Popen([sys.executable, "-m", "mirrorflow", "--config", str(cfg), "stream", "--flow",
                              "src->dst", "--checkpoint", str(work / f"{topic}-checkpoint"), "--metrics-port",
                              str(METRICS_PORT), "--max-records-per-batch", str(PER_BATCH)],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -107,7 +107,8 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-eos-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
-    from mirrorflow import config, local
+    from mirrorflow.dev import local
+    from mirrorflow.model import config
 
     cfg = config.from_text(f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SOURCE_PORT}\n"
                            f"dst.bootstrap.servers = 127.0.0.1:{TARGET_PORT}\n", source="bench")

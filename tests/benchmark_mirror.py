@@ -393,7 +393,7 @@ replication.factor = 1
 offset-syncs.topic.replication.factor = 1
 {extra}""")
     with open(work / f"mirrorflow-{alias}.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(props), "stream",
+        proc = subprocess.Popen([sys.executable, "-m", "mirrorflow", "--config", str(props), "stream",
                                  "--flow", f"{alias}->dst", "--checkpoint", str(work / f"checkpoint-{alias}"),
                                  "--metrics-port", str(METRICS_PORT)],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -445,7 +445,9 @@ def produce(topics: list[str], records: int, payloads: list[bytes] | None = None
 def audit_speed(work: Path, stream_rps: float) -> dict[str, Any]:
     """mirrorflow's audit of the plain run's copy, twice in one Spark session (an hourly audit starts a new one; the
     second run shows the rate once the JVM is warm): source records compared per second, over the stream's rate."""
-    from mirrorflow import audit, config, spark_session
+    from mirrorflow.jobs import audit
+    from mirrorflow.model import config
+    from mirrorflow.spark import spark_session
 
     cfg = config.load(work / "mirrorflow-src.properties")
     spark = spark_session.build("bench audit")
@@ -554,7 +556,9 @@ def main() -> None:
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
     os.environ.setdefault("MIRRORFLOW_TOXIPROXY", str(REPO / ".mirrorflow" / "bin" / "toxiproxy-server"))
-    from mirrorflow import config, local, maven, netfaults, paths
+    from mirrorflow.dev import local, netfaults
+    from mirrorflow.model import config, paths
+    from mirrorflow.spark import maven
 
     cfg = config.from_text(f"clusters = src, dst\nsrc.bootstrap.servers = 127.0.0.1:{SRC}\n"
                            f"dst.bootstrap.servers = 127.0.0.1:{DST}\n", source="bench")

@@ -67,7 +67,8 @@ def produce_transactions(topic: str, partitions: int, transactions: int, per_tra
 
 
 def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float = 1800, poll_s: float = 1.0) -> float:
-    from mirrorflow import offset_sync_log, offset_syncs
+    from mirrorflow.kafka import offset_sync_log
+    from mirrorflow.rules import offset_syncs
     from streams import end_offsets, wait_for
 
     source = cfg.flow(flow).source
@@ -90,7 +91,8 @@ def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float =
 
 
 def syncs_size(target: str, source: str) -> dict[str, int]:
-    from mirrorflow import offset_sync_log, offset_syncs
+    from mirrorflow.kafka import offset_sync_log
+    from mirrorflow.rules import offset_syncs
     from streams import end_offsets
 
     state = offset_sync_log.read({"bootstrap.servers": target, **QUIET}, offset_syncs.topic_name(source))
@@ -116,7 +118,7 @@ def commit_groups(topic: str, partitions: int, groups: list[str], rng: random.Ra
 
 
 def timed_round(cfg: Any, flow: str) -> tuple[float, list[Any]]:
-    from mirrorflow import checkpoints
+    from mirrorflow.jobs import checkpoints
 
     begun = time.monotonic()
     results = checkpoints.run_round(cfg, cfg.flow(flow))
@@ -166,7 +168,8 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-state-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
-    from mirrorflow import config, local
+    from mirrorflow.dev import local
+    from mirrorflow.model import config
     from streams import StreamProcess, create_topic
 
     text = "\n".join([
@@ -267,7 +270,8 @@ def main() -> None:
 
 def _batches(stream: Any) -> int:
     """Micro-batches the stream has completed, from its status file."""
-    from mirrorflow import metrics, paths
+    from mirrorflow.model import paths
+    from mirrorflow.status import metrics
 
     source, target = stream.flow.split("->")
     data = metrics.read_status(paths.home() / "streams" / f"{source}-{target}" / "status.json")

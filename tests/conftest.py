@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mirrorflow import config, local
+from mirrorflow.dev import local
+from mirrorflow.model import config
 
 REPO = Path(__file__).resolve().parent.parent
 PORTS = {"alpha": 25092, "beta": 25192, "gamma": 25292}
@@ -79,7 +80,7 @@ def local_clusters(clusters_file: Path) -> Iterator[config.MirrorConfig]:
 @pytest.fixture(scope="session")
 def stream_clusters(local_clusters: config.MirrorConfig) -> config.MirrorConfig:
     """The local brokers, with Spark's Kafka connector fetched before any stream process starts."""
-    from mirrorflow import spark_session
+    from mirrorflow.spark import spark_session
 
     spark_session.kafka_jars()
     return local_clusters

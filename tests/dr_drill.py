@@ -175,7 +175,7 @@ class Scheduler:
     and checkpoint rounds every `emit.checkpoints.interval.seconds` (the flow DAGs)."""
 
     def __init__(self, config_path: Path, work: Path) -> None:
-        from mirrorflow import config
+        from mirrorflow.model import config
 
         self.config_path, self.work = config_path, work
         self.cfg = config.load(config_path)
@@ -186,7 +186,7 @@ class Scheduler:
         self._thread.start()
 
     def launch(self) -> None:
-        from mirrorflow import lifecycle
+        from mirrorflow.jobs import lifecycle
 
         for flow in self.cfg.flows:
             try:
@@ -200,7 +200,7 @@ class Scheduler:
                 stream.start()
 
     def wait_streaming(self, flow_name: str, timeout: float = 240) -> None:
-        from mirrorflow import lifecycle
+        from mirrorflow.jobs import lifecycle
 
         flow = self.cfg.flow(flow_name)
         deadline = time.monotonic() + timeout
@@ -227,7 +227,7 @@ class Scheduler:
                 stream.stop()
 
     def _checkpoints(self) -> None:
-        from mirrorflow import checkpoints
+        from mirrorflow.jobs import checkpoints
 
         period = float(self.cfg.flows[0].number("emit.checkpoints.interval.seconds"))
         while not self._stop.wait(period):
@@ -272,7 +272,7 @@ class Drill:
     def __init__(self, config_path: Path, bootstraps: dict[str, str], work: Path,
                  run_dag: Callable[[str, dict[str, Any]], dict[str, Any]], seconds: float, rate: int,
                  names: tuple[str, str] = ("primary", "backup")) -> None:
-        from mirrorflow import config
+        from mirrorflow.model import config
 
         self.config_path, self.bootstraps, self.work = config_path, bootstraps, work
         self.cfg = config.load(config_path)
@@ -287,7 +287,7 @@ class Drill:
                 admin.create_topics([NewTopic(topic, 3)])[topic].result(30)
 
     def _flows(self, running: str, stopped: str) -> None:
-        from mirrorflow import lifecycle
+        from mirrorflow.jobs import lifecycle
 
         lifecycle.request(self.cfg, self.cfg.flow(running), lifecycle.RUNNING, "dr drill")
         lifecycle.request(self.cfg, self.cfg.flow(stopped), lifecycle.STOPPED, "dr drill")
@@ -329,7 +329,8 @@ class Drill:
         return moves
 
     def unplanned(self, scheduler: Scheduler) -> list[Move]:
-        from mirrorflow import lifecycle, local
+        from mirrorflow.dev import local
+        from mirrorflow.jobs import lifecycle
 
         p, b = self.primary, self.backup
         app = self._application("unplanned", scheduler)
@@ -384,8 +385,10 @@ class Drill:
         """Until the flow is in the steady state an unplanned failover starts from (a drill checks it before it
         cuts anything): its stream's status has a `mirrored-through` time under a minute old, and its checkpoints
         on the target cover the partitions the group reads."""
-        from mirrorflow import checkpoints, clients, metrics
-        from mirrorflow.policy import checkpoints_topic
+        from mirrorflow.jobs import checkpoints
+        from mirrorflow.kafka import clients
+        from mirrorflow.rules.policy import checkpoints_topic
+        from mirrorflow.status import metrics
 
         flow = self.cfg.flow(flow_name)
         topic = checkpoints_topic(flow.policy, flow.source)
@@ -422,7 +425,7 @@ class Drill:
 
     def _not_mirrored(self, flow: str, topic: str) -> int:
         """The audit's count of the topic's records on the flow's source that its target does not hold."""
-        out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(self.config_path), "audit",
+        out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(self.config_path), "audit",
                               "--flow", flow, "--topics", re.escape(topic), "--json"],
                              capture_output=True, text=True, timeout=600)
         if not out.stdout.strip().startswith("{"):
@@ -504,7 +507,7 @@ def rss_mib(pid: int) -> float:
 
 @contextmanager
 def clusters(cfg: Any) -> Iterator[str]:
-    from mirrorflow import local
+    from mirrorflow.dev import local
 
     began = time.monotonic()
     local.up(cfg)
@@ -530,7 +533,8 @@ def main() -> None:
                               text=True, timeout=600)
     if migrated.returncode != 0:
         sys.exit(f"airflow db migrate failed: {migrated.stderr[-2000:]}")
-    from mirrorflow import config, spark_session
+    from mirrorflow.model import config
+    from mirrorflow.spark import spark_session
 
     spark_session.kafka_jars()
     path = work / "mirror.properties"

@@ -15,7 +15,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from mirrorflow.provenance import HEADER, Provenance
+from mirrorflow.rules.provenance import HEADER, Provenance
 
 QUIET = {"log_level": 3}
 
@@ -47,7 +47,7 @@ class StreamProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mirrorflow.cli", "--config", str(self.config), "stream", "--flow", self.flow,
+                [sys.executable, "-m", "mirrorflow", "--config", str(self.config), "stream", "--flow", self.flow,
                  "--checkpoint", str(self.checkpoint), "--driver-memory", "640m", *extra],
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -59,7 +59,7 @@ class StreamProcess:
     def signal_all(self, sig: int) -> None:
         """`sig` to every process of the stream's session: the driver, Spark's JVM and its Python workers (whose
         daemon runs in a process group of its own)."""
-        from mirrorflow.local_airflow import session_processes
+        from mirrorflow.dev.local_airflow import session_processes
 
         assert self.proc is not None
         for pid in session_processes(self.proc.pid):

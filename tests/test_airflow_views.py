@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorflow import airflow_views
+from mirrorflow.entry import airflow_views
 
 
 def test_a_runbook_run_shows_its_report_and_one_that_stopped_early_shows_its_preflight() -> None:

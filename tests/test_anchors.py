@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mirrorflow.anchors import Anchor, PartitionAnchors
+from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 
 
 @st.composite
@@ -82,7 +82,7 @@ def test_without_spacing_every_batch_adds_an_anchor_until_the_bound_then_about_o
 
 
 def test_a_batch_first_copy_is_a_barrier_after_a_replay_or_where_another_writer_landed_in_between() -> None:
-    from mirrorflow.stream_writer import first_anchor
+    from mirrorflow.spark.stream_writer import first_anchor
 
     assert first_anchor((10, 10), -1, False, False) == Anchor(10, 10, barrier=False, origin=True)
     assert first_anchor((10, 10), 10, False, False) == Anchor(10, 10, barrier=False, origin=False)

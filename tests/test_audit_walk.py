@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow import audit
+from mirrorflow.jobs import audit
 
 SOURCE = (11, 12, 13, 1000)  # key, value, headers digests and timestamp
 

@@ -20,10 +20,13 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient
 from conftest import PORTS, REPO, deployment
-from mirrorflow import admin_sync, audit, backfill, config, offset_sync_log, offset_syncs
-from mirrorflow.offset_syncs import Position
-from mirrorflow.provenance import HEADER, Provenance
-from mirrorflow.ranges import Window
+from mirrorflow.jobs import audit, backfill
+from mirrorflow.jobs.ranges import Window
+from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.model import config
+from mirrorflow.rules import offset_syncs
+from mirrorflow.rules.offset_syncs import Position
+from mirrorflow.rules.provenance import HEADER, Provenance
 from streams import (
     StreamProcess,
     config_text,
@@ -52,7 +55,7 @@ def cfg_path(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.Temp
 
 @pytest.fixture(scope="module")
 def spark(stream_clusters: config.MirrorConfig) -> Iterator[Any]:
-    from mirrorflow import spark_session
+    from mirrorflow.spark import spark_session
 
     session = spark_session.build("mirrorflow tests: batch", "local[2]")
     yield session
@@ -134,7 +137,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
     print("\n" + first.table())
     assert first.written == 300 and {p.mode for p in first.partitions} == {backfill.SEED}
     # Again, as the spark_jobs/ entry point under spark-submit: nothing is written the second time.
-    from mirrorflow import spark_session
+    from mirrorflow.spark import spark_session
 
     submit = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[2]", "--driver-memory", "640m",
               "--jars", ",".join(str(j) for j in spark_session.kafka_jars()), str(REPO / "spark_jobs" / "backfill.py"),
@@ -209,7 +212,7 @@ def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_bro
     assert looped.flush(30) == 0
     _mirror_by_hand("bf.broken", 2, {0: zero, 1: one}, {0: 61, 1: 50})
 
-    done = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg_path), "audit", "--flow", FLOW,
+    done = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg_path), "audit", "--flow", FLOW,
                            "--topics", r"bf\.broken", "--master", "local[2]"],
                           capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
     print("\n$ mirrorflow audit --flow quarry->depot --topics 'bf\\.broken'\n" + done.stdout)
@@ -275,8 +278,9 @@ def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
 
 def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: Path, spark: Any,
                                                                      tmp_path: Path) -> None:
-    from mirrorflow import clients, flow_lease, lifecycle
     from mirrorflow.errors import OperationalError
+    from mirrorflow.jobs import lifecycle
+    from mirrorflow.kafka import clients, flow_lease
 
     cfg = config.load(cfg_path)
     flow = cfg.flow(FLOW)
@@ -309,19 +313,19 @@ def test_a_local_sessions_python_workers_start_with_the_writer_already_imported(
 
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
             forked_from = f.read().replace(b"\0", b" ").decode()
-        preloaded = all(m in sys.modules for m in ("mirrorflow.stream_writer", "pandas", "confluent_kafka"))
+        preloaded = all(m in sys.modules for m in ("mirrorflow.spark.stream_writer", "pandas", "confluent_kafka"))
         import pyarrow
 
         for _ in batches:
             yield pyarrow.RecordBatch.from_pydict({"daemon": [forked_from], "preloaded": [preloaded]})
 
     rows = spark.range(2, numPartitions=2).mapInArrow(imported, "daemon string, preloaded boolean").collect()
-    assert all("-m mirrorflow.spark_daemon " in r.daemon for r in rows), rows
+    assert all("-m mirrorflow.spark.spark_daemon " in r.daemon for r in rows), rows
     assert [r.preloaded for r in rows] == [True, True]
 
 
 def test_headers_encoded_in_the_jvm_decode_to_the_same_headers_in_order(spark: Any) -> None:
-    from mirrorflow.stream_writer import HEADERS_SQL, decode_headers
+    from mirrorflow.spark.stream_writer import HEADERS_SQL, decode_headers
 
     cases = [None, [], [("k", b"v")], [("empty", b""), ("null", None), ("k", b"v"), ("k", b"w")],
              [("ключ-ü", bytes(range(256)) * 3), ("", b"\xff\xff\xff\xff")], [(f"h{i}", bytes([i])) for i in range(40)]]

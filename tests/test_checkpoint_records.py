@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorflow.checkpoints import Checkpoint, PartitionTranslation, held
+from mirrorflow.jobs.checkpoints import Checkpoint, PartitionTranslation, held
 
 # What MM2 4.3's own Checkpoint class serializes for ("g1", alpha.t-3, upstream 10, downstream 7, "md").
 MM2_KEY = bytes.fromhex("000267310007616c7068612e7400000003")

@@ -20,8 +20,11 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 from conftest import PORTS, deployment
-from mirrorflow import checkpoints, config, maven, offset_sync_log, paths
-from mirrorflow.checkpoints import Checkpoint
+from mirrorflow.jobs import checkpoints
+from mirrorflow.jobs.checkpoints import Checkpoint
+from mirrorflow.kafka import offset_sync_log
+from mirrorflow.model import config, paths
+from mirrorflow.spark import maven
 from streams import (
     QUIET,
     StreamProcess,
@@ -116,7 +119,7 @@ def _target_offset(topic: str, partition: int, upstream: int) -> int:
 
 
 def _positions(topic: str) -> dict[int, int]:
-    from mirrorflow import offset_sync_log
+    from mirrorflow.kafka import offset_sync_log
 
     syncs = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, "mirrorflow-offset-syncs.alpha.internal")
     positions = syncs.positions
@@ -303,7 +306,7 @@ def test_failback_translates_back_to_the_original_topic_exactly(setup) -> None: 
 
 def test_the_commands_print_translations_and_checkpoint_status(setup) -> None:  # type: ignore[no-untyped-def]
     _, path, _ = setup
-    base = [sys.executable, "-m", "mirrorflow.cli", "--config", str(path)]
+    base = [sys.executable, "-m", "mirrorflow", "--config", str(path)]
     out = subprocess.run([*base, "translate", "--group", "g-random", "--source", "alpha", "--target", "beta",
                           "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

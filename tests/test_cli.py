@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mirrorflow.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mirrorflow", *args], capture_output=True, text=True,
                           cwd=REPO, env=env, timeout=120, check=False)
 
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from mirrorflow.client_config import jaas_credentials, to_librdkafka
 from mirrorflow.errors import ConfigError
+from mirrorflow.model.client_config import jaas_credentials, to_librdkafka
 
 
 def test_java_client_keys_become_librdkafka_keys() -> None:

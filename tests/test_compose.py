@@ -7,7 +7,9 @@ import re
 from pathlib import Path
 
 import yaml
-from mirrorflow import config, maven, metrics
+from mirrorflow.model import config
+from mirrorflow.spark import maven
+from mirrorflow.status import metrics
 
 REPO = Path(__file__).resolve().parent.parent
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yaml").read_text())

@@ -3,9 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from mirrorflow import config, keys
 from mirrorflow.errors import InvalidConfig
-from mirrorflow.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
+from mirrorflow.model import config, keys
+from mirrorflow.rules.policy import DefaultReplicationPolicy, IdentityReplicationPolicy
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "include" / "examples"
 PACKAGE = Path(config.__file__).resolve().parent
@@ -187,7 +187,7 @@ def test_cluster_selection_rejects_an_unknown_alias() -> None:
 
 
 def test_a_flow_dag_runs_at_its_shortest_interval_and_its_checkpoint_rounds_end_within_it() -> None:
-    from mirrorflow import deployment
+    from mirrorflow.entry import deployment
 
     flow = load(BASE + "A->B.enabled = true\n").flow("A->B")
     assert deployment.flow_period(flow) == deployment.checkpoint_window(flow) == 600  # MM2's defaults
@@ -201,7 +201,7 @@ def test_a_flow_dag_runs_at_its_shortest_interval_and_its_checkpoint_rounds_end_
 
 def test_the_dags_find_the_config_in_the_environment_without_asking_the_metadata_database(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from mirrorflow import deployment
+    from mirrorflow.entry import deployment
 
     monkeypatch.delenv("MIRRORFLOW_CONFIG", raising=False)
     monkeypatch.delenv("AIRFLOW_VAR_MIRRORFLOW_CONFIG", raising=False)

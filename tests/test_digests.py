@@ -7,8 +7,8 @@ import itertools
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow import digests
-from mirrorflow.digests import CELL, CellDigest, Ledger, Unit
+from mirrorflow.rules import digests
+from mirrorflow.rules.digests import CELL, CellDigest, Ledger, Unit
 
 # A partition's batches: consecutive [begin, end) ranges (sizes), each record's digest its offset * 7919.
 batch_sizes = st.lists(st.integers(0, CELL * 2), min_size=1, max_size=8)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mirrorflow import config
-from mirrorflow.drift import (
+from mirrorflow.model import config
+from mirrorflow.model.drift import (
     Acl,
     AddPartitions,
     ClusterState,

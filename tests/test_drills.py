@@ -22,8 +22,9 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from dr_drill import Drill, Scheduler, drill_config, rss_mib, run_dag
-from mirrorflow import config, local, netfaults
-from mirrorflow.stream import STALL_MIN_S
+from mirrorflow.dev import local, netfaults
+from mirrorflow.jobs.stream import STALL_MIN_S
+from mirrorflow.model import config
 from streams import QUIET, SteadyProducer, StreamProcess, end_offsets, mirrored_offsets, read_partition, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -76,7 +77,7 @@ class Site:
 
 @pytest.fixture(scope="module")
 def site(cluster_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
-    from mirrorflow import spark_session
+    from mirrorflow.spark import spark_session
 
     spark_session.kafka_jars()
     work = tmp_path_factory.mktemp("drills")
@@ -134,7 +135,7 @@ def _exactly_once_in_order(topic: str) -> None:
 
 
 def _health(cfg: Path) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "health", "--flow",
+    out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), "health", "--flow",
                           "src->dst", "--json"], capture_output=True, text=True, timeout=120)
     return dict(json.loads(out.stdout)[0]) if out.stdout.strip().startswith("[") else {"error": out.stderr[-500:]}
 

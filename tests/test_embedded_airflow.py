@@ -19,7 +19,11 @@ from urllib.parse import quote
 
 import pytest
 from conftest import PORTS
-from mirrorflow import clients, config, flow_lease, lifecycle, local_airflow, metrics
+from mirrorflow.dev import local_airflow
+from mirrorflow.jobs import lifecycle
+from mirrorflow.kafka import clients, flow_lease
+from mirrorflow.model import config
+from mirrorflow.status import metrics
 from streams import create_topic, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
@@ -40,7 +44,7 @@ def embedded(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.Temp
                     "topics = emb\\..*\nreplication.factor = 1\noffset-syncs.topic.replication.factor = 1\n"
                     "checkpoints.topic.replication.factor = 1\nrefresh.topics.interval.seconds = 120\n"
                     "emit.checkpoints.interval.seconds = 120\n")
-    cli = [sys.executable, "-m", "mirrorflow.cli", "--config", str(path)]
+    cli = [sys.executable, "-m", "mirrorflow", "--config", str(path)]
     os.environ["MIRRORFLOW_AIRFLOW_PORT"] = PORT
     try:
         yield path, config.load(path), cli

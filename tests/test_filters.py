@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 from mirrorflow.errors import ConfigError
-from mirrorflow.filters import (
+from mirrorflow.rules.filters import (
     DEFAULT_GROUPS,
     DEFAULT_GROUPS_EXCLUDE,
     DEFAULT_TOPICS,

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from mirrorflow import heartbeats
-from mirrorflow.heartbeats import Heartbeat
-from mirrorflow.policy import DefaultReplicationPolicy
-from mirrorflow.topology import hops_in_name, sources_in_name
+from mirrorflow.jobs.topology import hops_in_name, sources_in_name
+from mirrorflow.kafka import heartbeats
+from mirrorflow.kafka.heartbeats import Heartbeat
+from mirrorflow.rules.policy import DefaultReplicationPolicy
 
 # What MM2 4.3's own Heartbeat class serializes for ("alpha", "beta", 1234).
 MM2_KEY = bytes.fromhex("0005616c706861000462657461")

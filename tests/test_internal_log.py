@@ -9,7 +9,7 @@ import uuid
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from conftest import PORTS
-from mirrorflow.internal_log import InternalLog, read_to_ends
+from mirrorflow.kafka.internal_log import InternalLog, read_to_ends
 from streams import create_topic, producer
 
 pytestmark = [pytest.mark.kafka]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mirrorflow.flow_lease import (
+from mirrorflow.kafka.flow_lease import (
     CONFIRMED_FOR_S,
     DELIVERY_TIMEOUT_MS,
     TAKEOVER_WAIT_S,

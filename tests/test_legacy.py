@@ -5,9 +5,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from mirrorflow import config, legacy
 from mirrorflow.errors import ConfigError
-from mirrorflow.policy import IdentityReplicationPolicy, PrefixReplicationPolicy
+from mirrorflow.model import config, legacy
+from mirrorflow.rules.policy import IdentityReplicationPolicy, PrefixReplicationPolicy
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -54,7 +54,7 @@ def test_whitelist_and_blacklist_together_is_an_error(mm1_files: tuple[Path, Pat
 
 def test_mm1_command_prints_masked_properties_and_rejects_both_lists(mm1_files: tuple[Path, Path, Path]) -> None:
     c1, c2, p = mm1_files
-    base = [sys.executable, "-m", "mirrorflow.cli", "mm1", "--consumer.config", str(c1),
+    base = [sys.executable, "-m", "mirrorflow", "mm1", "--consumer.config", str(c1),
             "--consumer.config", str(c2), "--producer.config", str(p)]
     ok = subprocess.run([*base, "--whitelist", ".*", "--preserve.partitions"], capture_output=True, text=True,
                         cwd=REPO, check=False)

@@ -7,10 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from mirrorflow import client_config, deployment, lifecycle, scheduled
+from mirrorflow.entry import deployment, scheduled
 from mirrorflow.errors import ConfigError
-from mirrorflow.lifecycle import FlowHealth, PartitionLag, Requested
-from mirrorflow.runbooks import FAILBACK, FAILOVER, Runbook
+from mirrorflow.jobs import lifecycle
+from mirrorflow.jobs.lifecycle import FlowHealth, PartitionLag, Requested
+from mirrorflow.jobs.runbooks import FAILBACK, FAILOVER, Runbook
+from mirrorflow.model import client_config
 
 
 def test_a_requested_state_round_trips_through_its_record() -> None:

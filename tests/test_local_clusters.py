@@ -19,9 +19,10 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from mirrorflow import config, local
-from mirrorflow.client_config import to_librdkafka
+from mirrorflow.dev import local
 from mirrorflow.errors import LocalClusterError
+from mirrorflow.model import config
+from mirrorflow.model.client_config import to_librdkafka
 
 pytestmark = pytest.mark.kafka
 QUIET = {"log_level": 0, "logger": lambda *a: None}  # keep expected auth failures out of the output
@@ -128,7 +129,7 @@ def test_down_stops_only_what_it_started(local_clusters: config.MirrorConfig, tm
 def test_cli_local_status_json(
     local_clusters: config.MirrorConfig, clusters_file: Path, cluster_env: dict[str, str]
 ) -> None:
-    r = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(clusters_file), "local", "status",
+    r = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(clusters_file), "local", "status",
                         "--json"], capture_output=True, text=True, env=cluster_env, check=False)
     assert r.returncode == 0, r.stderr
     assert '"running": true' in r.stdout and cluster_env["GAMMA_PASSWORD"] not in r.stdout + r.stderr
@@ -137,7 +138,7 @@ def test_cli_local_status_json(
 def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dict[str, str], tmp_path: Path) -> None:
     cfg_file = tmp_path / "delta.properties"
     cfg_file.write_text("clusters = delta\ndelta.bootstrap.servers = 127.0.0.1:25492\n")
-    cli = [sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg_file), "local"]
+    cli = [sys.executable, "-m", "mirrorflow", "--config", str(cfg_file), "local"]
     try:
         r = subprocess.run([*cli, "up", "--secure"], capture_output=True, text=True, env=cluster_env, check=False)
         assert r.returncode == 0, r.stderr
@@ -154,7 +155,7 @@ def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dic
 
 
 def test_a_generated_cluster_id_never_reads_as_an_option() -> None:
-    from mirrorflow.local import _cluster_id
+    from mirrorflow.dev.local import _cluster_id
 
     ids = [_cluster_id() for _ in range(5000)]  # about 1 in 64 raw ids starts with "-"
     assert all(not i.startswith("-") and len(i) == 22 for i in ids)

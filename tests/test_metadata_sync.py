@@ -31,9 +31,10 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 from conftest import PORTS, clusters_text, deployment, own_broker
-from mirrorflow import admin_sync, clients, config, drift
-from mirrorflow.drift import AddPartitions, CreateAcl, CreateTopic, DeleteConfig, Notice, SetConfig
 from mirrorflow.errors import OperationalError
+from mirrorflow.kafka import admin_sync, clients
+from mirrorflow.model import config, drift
+from mirrorflow.model.drift import AddPartitions, CreateAcl, CreateTopic, DeleteConfig, Notice, SetConfig
 from streams import create_topic
 
 pytestmark = pytest.mark.kafka
@@ -210,7 +211,7 @@ def test_missing_permission_on_the_target_names_the_operation_and_the_resource(c
     gamma.create_topics([NewTopic("t7.denied", 1, 1)])["t7.denied"].result(30)
     path = tmp_path / "reader.properties"
     path.write_text(_config_text("reader", "reader-secret"))
-    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(path), "sync", "--flow",
+    out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(path), "sync", "--flow",
                           "gamma->delta", "--only", "topics"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert out.stderr.strip().count("\n") == 0, out.stderr
@@ -235,7 +236,7 @@ def test_a_topic_deleted_on_the_source_while_syncing_is_skipped(clusters) -> Non
 def test_plan_json_and_sync_commands_report_each_change(clusters) -> None:  # type: ignore[no-untyped-def]
     _, path = clusters
     create_topic(ALPHA, "t7.cli", 2, **{"retention.ms": "600000"})
-    base = [sys.executable, "-m", "mirrorflow.cli", "--config", str(path)]
+    base = [sys.executable, "-m", "mirrorflow", "--config", str(path)]
     out = subprocess.run([*base, "plan", "--flow", "alpha->beta", "--json"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr

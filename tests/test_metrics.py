@@ -8,8 +8,8 @@ import urllib.request
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow import metrics
-from mirrorflow.metrics import BOUNDS_MS, Distribution
+from mirrorflow.status import metrics
+from mirrorflow.status.metrics import BOUNDS_MS, Distribution
 
 values = st.lists(st.integers(0, 400_000), min_size=1, max_size=300)
 
@@ -149,7 +149,7 @@ def test_mirrored_through_is_unknown_before_a_complete_batch_and_holds_back_for_
 
 
 def test_a_batch_is_a_stall_after_five_times_the_recent_mean_and_never_before_five_seconds() -> None:
-    from mirrorflow.stream import stall_after_s
+    from mirrorflow.jobs.stream import stall_after_s
 
     assert stall_after_s(0.0) == stall_after_s(400.0) == 5.0
     assert stall_after_s(3000.0) == 15.0

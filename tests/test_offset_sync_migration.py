@@ -8,12 +8,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 from conftest import PORTS
-from mirrorflow import admin_sync, config, offset_sync_log
-from mirrorflow.offset_syncs import OffsetRun, Position
-from mirrorflow.provenance import HEADER, Provenance
-from mirrorflow.stream import StreamOptions, _Driver
-from mirrorflow.target_reader import TargetRecords
-from mirrorflow.translation import PartitionSyncs, target_offsets
+from mirrorflow.jobs.stream import StreamOptions, _Driver
+from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.kafka.target_reader import TargetRecords
+from mirrorflow.model import config
+from mirrorflow.rules.offset_syncs import OffsetRun, Position
+from mirrorflow.rules.provenance import HEADER, Provenance
+from mirrorflow.rules.translation import PartitionSyncs, target_offsets
 from streams import QUIET, config_text, create_topic
 
 pytestmark = [pytest.mark.kafka]

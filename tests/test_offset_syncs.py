@@ -6,9 +6,9 @@ import itertools
 
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow import offset_syncs
-from mirrorflow.anchors import Anchor
-from mirrorflow.offset_syncs import LOSS_RANGES, AnchorRecord, Incarnation, Loss, OffsetRun, Position
+from mirrorflow.rules import offset_syncs
+from mirrorflow.rules.anchors import Anchor
+from mirrorflow.rules.offset_syncs import LOSS_RANGES, AnchorRecord, Incarnation, Loss, OffsetRun, Position
 
 
 def test_records_round_trip_through_the_wire_format() -> None:

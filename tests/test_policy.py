@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow.policy import (
+from mirrorflow.rules.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
     PrefixReplicationPolicy,

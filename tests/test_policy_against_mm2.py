@@ -7,8 +7,8 @@ import shutil
 import subprocess
 
 import pytest
-from mirrorflow import maven, paths
-from mirrorflow.policy import (
+from mirrorflow.model import paths
+from mirrorflow.rules.policy import (
     DefaultReplicationPolicy,
     IdentityReplicationPolicy,
     ReplicationPolicy,
@@ -16,6 +16,7 @@ from mirrorflow.policy import (
     is_internal_topic,
     original_topic,
 )
+from mirrorflow.spark import maven
 
 pytestmark = pytest.mark.java
 

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from mirrorflow import properties
 from mirrorflow.errors import ConfigError
+from mirrorflow.model import properties
 
 
 def kv(text: str) -> dict[str, str]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow import provenance
-from mirrorflow.provenance import HEADER, Provenance
+from mirrorflow.rules import provenance
+from mirrorflow.rules.provenance import HEADER, Provenance
 
 aliases = st.text(st.characters(blacklist_characters="/", blacklist_categories=("Cs",)), min_size=1, max_size=12)
 topics = st.text("abcXYZ019._-", min_size=1, max_size=30)

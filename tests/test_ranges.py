@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow import ranges
 from mirrorflow.errors import ConfigError
-from mirrorflow.ranges import SourceRange
+from mirrorflow.jobs import ranges
+from mirrorflow.jobs.ranges import SourceRange
 
 
 def test_times_are_epoch_milliseconds_or_iso_8601_with_naive_meaning_utc() -> None:

@@ -23,7 +23,10 @@ from typing import Any, ClassVar
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from conftest import PORTS, deployment
-from mirrorflow import clients, config, flow_lease, lifecycle, metrics
+from mirrorflow.jobs import lifecycle
+from mirrorflow.kafka import clients, flow_lease
+from mirrorflow.model import config
+from mirrorflow.status import metrics
 from streams import (
     QUIET,
     create_topic,
@@ -239,7 +242,7 @@ def test_the_stream_dag_launches_the_flow_with_spark_submit_restarts_it_when_kil
 def test_a_bad_request_fails_at_preflight_having_changed_nothing(dr: Deployment) -> None:
     forward = dr.cfg.flow("primary->backup")
     before = lifecycle.requested(dr.cfg, forward)
-    base = [sys.executable, "-m", "mirrorflow.cli", "--config", str(dr.path), "failover", "--yes"]
+    base = [sys.executable, "-m", "mirrorflow", "--config", str(dr.path), "failover", "--yes"]
     cases = {
         ("--source", "nowhere", "--target", "backup"): "unknown cluster 'nowhere'",
         ("--source", "primary", "--target", "spare"): "no enabled flow 'primary->spare'",

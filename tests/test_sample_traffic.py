@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from mirrorflow import sample_traffic
+from mirrorflow.dev import sample_traffic
 
 
 def test_the_group_reads_the_topic_and_its_remote_copies_only() -> None:

@@ -7,8 +7,8 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mirrorflow import config, selection
-from mirrorflow.filters import java_regex_to_python
+from mirrorflow.model import config, selection
+from mirrorflow.rules.filters import java_regex_to_python
 
 CONFIGS = {
     "default": "",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mirrorflow import spark_logs
-from mirrorflow.spark_session import local_cores
+from mirrorflow.spark import spark_logs
+from mirrorflow.spark.spark_session import local_cores
 
 
 def test_local_masters_name_their_cores_and_other_masters_none() -> None:

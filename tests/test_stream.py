@@ -16,9 +16,11 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
 from conftest import PORTS
-from mirrorflow import config, local, offset_sync_log
-from mirrorflow.target_reader import TargetRecords
-from mirrorflow.translation import PartitionSyncs, target_offsets
+from mirrorflow.dev import local
+from mirrorflow.kafka import offset_sync_log
+from mirrorflow.kafka.target_reader import TargetRecords
+from mirrorflow.model import config
+from mirrorflow.rules.translation import PartitionSyncs, target_offsets
 from streams import (
     QUIET,
     SteadyProducer,
@@ -143,7 +145,7 @@ def test_metrics_and_status_report_each_partition(mirror: StreamProcess) -> None
     assert f'mirrorflow_replication_lag_records{{{label},partition="2"}} 0' in text
     assert f'mirrorflow_replication_latency_ms_p99{{{label},partition="0"}}' in text
     time.sleep(11)  # the status file is written once per log interval
-    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(mirror.config), "status", "--json"],
+    out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(mirror.config), "status", "--json"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     [flow] = json.loads(out.stdout)

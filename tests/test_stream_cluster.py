@@ -13,7 +13,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from conftest import PORTS
-from mirrorflow import config
+from mirrorflow.model import config
 from streams import (
     StreamProcess,
     config_text,

@@ -20,7 +20,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from conftest import PORTS
-from mirrorflow import config, local, offset_sync_log, offset_syncs, ranges
+from mirrorflow.dev import local
+from mirrorflow.jobs import ranges
+from mirrorflow.kafka import offset_sync_log
+from mirrorflow.model import config
+from mirrorflow.rules import offset_syncs
 from streams import (
     QUIET,
     StreamProcess,
@@ -43,7 +47,7 @@ REPARTITION = "loss.app-KSTREAM-REPARTITION-0000000003-repartition"
 
 
 def _cli(cfg: Path, *args: str) -> Any:
-    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), *args, "--json"],
+    out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), *args, "--json"],
                          capture_output=True, text=True, timeout=120, check=True)
     return json.loads(out.stdout)
 
@@ -193,7 +197,7 @@ def _created(admin: AdminClient, topic: str) -> bool:
 
 
 def _reset(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "reset", "--flow",
+    return subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), "reset", "--flow",
                            "redo->held", "--topic", "redo.t", *args], capture_output=True, text=True, timeout=120)
 
 
@@ -268,7 +272,7 @@ def test_a_remote_topic_deleted_on_the_target_is_held_not_re_created_and_a_reset
         assert [h["topic"] for h in flow["held-topics"]] == ["held.a"], flow["held-topics"]
         assert "remote topic kept.held.a deleted on gone" in flow["held-topics"][0]["why"]
 
-        released = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "reset", "--flow",
+        released = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), "reset", "--flow",
                                    "kept->gone", "--topic", "held.a", "--to", "earliest"],
                                   capture_output=True, text=True, timeout=120)
         assert released.returncode == 0, released.stderr

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 from conftest import PORTS
-from mirrorflow import config, topology
-from mirrorflow.provenance import HEADER, Provenance
+from mirrorflow.jobs import topology
+from mirrorflow.model import config
+from mirrorflow.rules.provenance import HEADER, Provenance
 from streams import (
     SteadyProducer,
     StreamProcess,
@@ -173,7 +174,7 @@ def test_active_active_never_loops(stream_clusters: config.MirrorConfig, tmp_pat
 
 def _refused(cfg: Path) -> dict[str, int]:
     """What `mirrorflow status --json` says each flow refused."""
-    out = subprocess.run([sys.executable, "-m", "mirrorflow.cli", "--config", str(cfg), "status", "--json"],
+    out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), "status", "--json"],
                          capture_output=True, text=True, timeout=60, check=True)
     return {f["flow"]: f.get("refused-count", 0) for f in json.loads(out.stdout)}
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.airflow
 @pytest.fixture(autouse=True)
 def stream_watch(airflow_home: Path) -> Any:
     """The module, imported once Airflow's home is set: Airflow reads its configuration at its first import."""
-    from mirrorflow import stream_watch
+    from mirrorflow.entry import stream_watch
 
     return stream_watch
 

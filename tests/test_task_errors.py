@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from mirrorflow import scheduled
+from mirrorflow.entry import scheduled
 from mirrorflow.errors import ConfigError
 
 

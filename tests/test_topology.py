@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 from conftest import clusters_text
-from mirrorflow import clients, config, heartbeats, maven, paths, topology
+from mirrorflow.jobs import topology
+from mirrorflow.kafka import clients, heartbeats
+from mirrorflow.model import config, paths
+from mirrorflow.spark import maven
 from streams import StreamProcess, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -89,7 +92,7 @@ def test_mm2s_remote_cluster_utils_reads_the_same_topology(chain, repo) -> None:
 
 def test_the_topology_command_prints_the_graph(chain) -> None:  # type: ignore[no-untyped-def]
     _, path, _ = chain
-    command = subprocess.Popen([sys.executable, "-m", "mirrorflow.cli", "--config", str(path), "topology"],
+    command = subprocess.Popen([sys.executable, "-m", "mirrorflow", "--config", str(path), "topology"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONFAULTHANDLER": "1"})
     try:

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mirrorflow.anchors import Anchor, PartitionAnchors
-from mirrorflow.offset_syncs import Position
-from mirrorflow.translation import (
+from mirrorflow.rules.anchors import Anchor, PartitionAnchors
+from mirrorflow.rules.offset_syncs import Position
+from mirrorflow.rules.translation import (
     PartitionSyncs,
     Translation,
     mm2_comparison,

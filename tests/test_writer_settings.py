@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from mirrorflow import stream_writer
 from mirrorflow.errors import ConfigError
-from mirrorflow.flow_lease import DELIVERY_TIMEOUT_MS
-from mirrorflow.stream_writer import check_producer_tuning, producer_config
+from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS
+from mirrorflow.spark import stream_writer
+from mirrorflow.spark.stream_writer import check_producer_tuning, producer_config
 
 
 def test_the_targets_batching_and_compression_settings_reach_the_writer() -> None:

@@ -1,0 +1,1 @@
+"""Entry points: the command line, the Airflow task functions, views and trigger, the deployment's names."""

@@ -1,0 +1,1 @@
+"""The jobs: the stream, backfill, audit, checkpoints, lifecycle, reset, runbooks and topology."""

@@ -1,0 +1,593 @@
+"""The completeness audit: proof, record by record and by content, that a flow's target holds its source's records.
+
+For the planned ranges (ranges.py) a Spark job reads each side once: the source ranges, and each remote partition
+from the range's target floor to its end (read_committed, so aborted copies do not count). Each target record is
+attributed to its source record by the provenance header of this hop (`{source}/{topic}/{partition}/{offset}`);
+records without one (another writer, provenance off) are not attributed. Both sides are reduced to digests at
+once (64-bit xxhash of the key, of the value and of the headers without this hop's provenance header, plus the
+timestamp and the partition), so no value crosses the shuffle. One shuffle groups both sides by source
+partition, sorted by offset; a streaming pass per partition (`walk`) then classifies every source record:
+
+  mirrored    it has a copy on the target;
+  missing     no copy, and the flow's offset syncs say the flow has read past it;
+  behind      no copy, and the flow has not read it yet (the stream is behind: not counted as missing);
+  duplicated  more than one copy;
+  differing   some copy's key, value, headers, timestamp or partition differs from the source;
+  refused     a provenance hop names the target's very topic the record would be written to: the stream
+              refuses it (it would loop), so it is counted here, not expected on the target.
+
+Copies of offsets with no source record in the range (compacted or expired since) are counted as `unexpected`.
+
+Digest pass first (digests.py): where the stream recorded digest units from a range's start on, one read of the
+target counts each unit's copies and XORs their digests; a unit that matches is proven (its records mirrored once,
+with identical content) without reading the source. The walk above then covers only what is left: the range from
+the first unit that does not match (or from the start, when no unit holds it), so a mismatch is always named
+record by record. The proven units may reach a little past the range on either side; the report's range says so.
+The digest pass trusts that the stream read every record of its batches (Spark's Kafka reader, the one the walk
+uses); `full` reads every record on both sides instead.
+Only per-partition tallies and the first examples reach the driver.
+The audit is complete when nothing is missing or differs; duplicates are reported, and fail it only for an
+exactly-once target, where they break the guarantee (at-least-once allows them by design).
+
+Invariants of `walk`, each tested:
+  A. every source record of a range is counted exactly once as mirrored, missing, behind or refused;
+  B. missing and duplicated ranges are maximal runs of consecutive source records, in offset order.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from mirrorflow.errors import ConfigError
+from mirrorflow.jobs import ranges
+from mirrorflow.jobs.ranges import SourceRange, Window
+from mirrorflow.kafka import clients
+from mirrorflow.model.config import Cluster, Flow, MirrorConfig
+from mirrorflow.rules import digests, provenance
+from mirrorflow.spark import spark_session
+
+EXAMPLES = 20  # ranges and differing records kept per partition; the counts are always complete
+_SOURCE, _COPY, _REFUSED = 0, 1, 2  # the `side` of a row: a source record, a target copy, a refused source record
+_FIELDS = ("key", "value", "headers", "timestamp", "partition")
+_DIGESTS = ("kd", "vd", "hd", "ts", "at_partition")
+_COLUMNS = ("topic", "partition", "offset", "side", *_DIGESTS, "at_offset")
+_RESULT = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("source_records", pa.int64()),
+    ("mirrored_records", pa.int64()), ("copies", pa.int64()), ("unexpected", pa.int64()),
+    ("missing", pa.int64()), ("missing_ranges", pa.string()), ("missing_range_count", pa.int64()),
+    ("duplicated", pa.int64()), ("duplicated_ranges", pa.string()), ("duplicated_range_count", pa.int64()),
+    ("differing", pa.int64()), ("differences", pa.string()), ("behind", pa.int64()), ("refused", pa.int64()),
+])
+_RESULT_DDL = ("topic string, partition int, source_records long, mirrored_records long, copies long, "
+               "unexpected long, missing long, missing_ranges string, missing_range_count long, duplicated long, "
+               "duplicated_ranges string, duplicated_range_count long, differing long, differences string, "
+               "behind long, refused long")
+
+
+@dataclass(frozen=True)
+class Difference:
+    offset: int
+    fields: tuple[str, ...]
+    at: str  # where the differing copy is: remote topic-partition@offset
+
+
+@dataclass(frozen=True)
+class PartitionAudit:
+    topic: str
+    partition: int
+    start: int
+    end: int
+    remote: str
+    mirrored_to: int | None  # the flow's position; None: the flow has never read the partition
+    source_records: int = 0
+    mirrored_records: int = 0
+    copies: int = 0
+    unexpected: int = 0
+    missing: int = 0
+    missing_ranges: tuple[tuple[int, int], ...] = ()  # inclusive, the first EXAMPLES
+    missing_range_count: int = 0
+    duplicated: int = 0
+    duplicated_ranges: tuple[tuple[int, int], ...] = ()
+    duplicated_range_count: int = 0
+    differing: int = 0
+    differences: tuple[Difference, ...] = ()
+    behind: int = 0
+    refused: int = 0  # records that would return to the target topic they came from (never written)
+    lost: int = 0  # deleted on the source before the flow read them (the flow's loss record; outside the range)
+    lost_ranges: tuple[tuple[int, int], ...] = ()  # the newest, [first, end)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    @property
+    def behind_from(self) -> int | None:
+        """The first offset of the range the flow has not read yet, if any."""
+        first = self.start if self.mirrored_to is None else max(self.start, self.mirrored_to)
+        return first if first < self.end else None
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    flow: str
+    source: str
+    target: str
+    window: str
+    exactly_once: bool
+    partitions: tuple[PartitionAudit, ...]
+    seconds: float
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    # How the records were compared: "digests" when some were proven from the stream's digest units and the target
+    # alone (digest_records of them), "full" when every record was read on both sides, "nothing" when the flow had
+    # no partition to audit.
+    mode: str = "full"
+    digest_records: int = 0
+
+    def total(self, what: str) -> int:
+        return sum(int(getattr(p, what)) for p in self.partitions)
+
+    @property
+    def complete(self) -> bool:
+        failing = self.total("missing") + self.total("differing")
+        return failing == 0 and not (self.exactly_once and self.total("duplicated"))
+
+    @property
+    def records_per_s(self) -> float:
+        compared = self.total("source_records") + self.total("copies") + self.total("unexpected")
+        return compared / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        """One line: the verdict, the totals and the first examples of what is wrong."""
+        head = f"audit {self.flow} ({self.window})"
+        if not self.partitions:
+            return (f"{head}: nothing to audit: no topic on {self.source} among the topics the flow replicates "
+                    "(a standby flow, or nothing created yet)")
+        records = self.total("source_records")
+        behind, refused = self.total("behind"), self.total("refused")
+        tail = f"; {behind} not yet mirrored (the stream is behind)" if behind else ""
+        lost = self.total("lost")
+        if lost:
+            examples = [f"{p.name} {a}-{b - 1}" for p in self.partitions for a, b in p.lost_ranges][:3]
+            tail += (f"; {lost} LOST on {self.source} before the flow read them (deleted by retention or "
+                     f"deleteRecords; {', '.join(examples)})")
+        if refused:
+            tail += (f"; {refused} refused: they came from the {self.target} topic they would be written to "
+                     f"({', '.join(self._examples('refused', 3))})")
+        if self.complete:
+            dup = self.total("duplicated")
+            extra = f"; {dup} duplicated (at-least-once)" if dup else ""
+            return (f"{head}: complete: {records} source records in {len(self.partitions)} partitions, every "
+                    f"mirrored one on {self.target} with identical content{extra}{tail}")
+        problems = []
+        for what, label in (("missing", "missing"), ("differing", "differ"), ("duplicated", "duplicated")):
+            n = self.total(what)
+            if n:
+                problems.append(f"{n} {label} ({', '.join(self._examples(what, 3))})")
+        return f"{head}: INCOMPLETE: {'; '.join(problems)}{tail}"
+
+    def _examples(self, what: str, limit: int) -> list[str]:
+        out: list[str] = []
+        for p in self.partitions:
+            if what == "differing":
+                out += [f"{p.name}@{d.offset} {'+'.join(d.fields)}" for d in p.differences]
+            elif what == "refused":
+                out += [f"{p.name} {p.refused}"] if p.refused else []
+            else:
+                out += [f"{p.name} {_span(r)}" for r in getattr(p, f"{what}_ranges")]
+        return out[:limit] + (["…"] if len(out) > limit else [])
+
+    def table(self) -> str:
+        if not self.partitions:
+            return self.summary()
+        rows = [("partition", "range", "source", "mirrored", "missing", "duplicated", "differing", "behind",
+                 "refused", "first examples")]
+        for p in self.partitions:
+            examples = ([f"missing {_span(r)}" for r in p.missing_ranges[:3]]
+                        + [f"dup {_span(r)}" for r in p.duplicated_ranges[:3]]
+                        + [f"@{d.offset} {'+'.join(d.fields)}" for d in p.differences[:3]])
+            behind = f"{p.behind} from {p.behind_from}" if p.behind else "0"
+            rows.append((p.name, f"{p.start}-{p.end}", str(p.source_records), str(p.mirrored_records),
+                         str(p.missing), str(p.duplicated), str(p.differing), behind, str(p.refused),
+                         ", ".join(examples)))
+        lines = aligned(rows, left=(0, 1, 9))
+        cost = (f"{self.total('source_records') + self.total('copies') + self.total('unexpected')} records compared "
+                f"in {self.seconds:.1f} s ({self.records_per_s:,.0f} records/s); " + (
+                    f"{self.digest_records} source records proven by the stream's digest units (target read only)"
+                    if self.digest_records else "every record read on both sides"))
+        return "\n".join([*lines, "", self.summary(), cost])
+
+    def as_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["complete"] = self.complete
+        out["summary"] = self.summary()
+        out["records_per_s"] = round(self.records_per_s, 1)
+        for p, d in zip(self.partitions, out["partitions"], strict=True):
+            d["behind_from"] = p.behind_from
+        for name in ("source_records", "mirrored_records", "missing", "duplicated", "differing", "behind",
+                     "unexpected", "refused", "lost"):
+            out[name] = self.total(name)
+        as_json: dict[str, Any] = json.loads(json.dumps(out))  # tuples as lists, as a JSON reader or XCom sees them
+        return as_json
+
+
+def aligned(rows: Sequence[Sequence[str]], left: Sequence[int]) -> list[str]:
+    """A plain-text table: columns padded to their widest cell, the `left` ones left-aligned, numbers right."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
+            .rstrip() for r in rows]
+
+
+def _span(r: Sequence[int]) -> str:
+    return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
+
+
+def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
+        master: str = "local[*]", spark: Any = None, full: bool = False) -> AuditReport:
+    """Audit one flow over the window (every retained record by default). Ranges the stream recorded digest units
+    for are proven from the target alone; the rest, and any unit whose copies do not match, are read on both sides
+    (`full`: everything is)."""
+    flow = cfg.flow(flow_name)
+    require_provenance(flow, "audit")
+    begun = time.monotonic()
+    # A scheduled audit of a flow whose source has no topic to mirror yet (a standby flow) has nothing to compare.
+    planned = ranges.plan(cfg, flow, topics=topics, window=window, allow_empty=topics is None)
+    if not planned:
+        return AuditReport(flow.name, flow.source, flow.target, window.label(), cfg.cluster(flow.target).exactly_once,
+                           (), time.monotonic() - begun, mode="nothing")
+    spark = spark or spark_session.build(f"mirrorflow audit {flow.name}", master)
+    target = cfg.cluster(flow.target)
+    units = {} if full else _units(target, flow, planned)
+    proven, walked = _digest_pass(spark, target, flow, planned, units)
+    rows = {(r["topic"], r["partition"]): r for r in _tallies(spark, cfg, flow, walked)}
+    partitions = tuple(_partition_audit(r, rows.get((r.topic, r.partition)), proven.get((r.topic, r.partition), ()))
+                       for r in planned)
+    digest_records = sum(u.records + u.refused for chain in proven.values() for u in chain)
+    return AuditReport(flow.name, flow.source, flow.target, window.label(), target.exactly_once, partitions,
+                       time.monotonic() - begun, mode="digests" if digest_records else "full",
+                       digest_records=digest_records)
+
+
+def _units(target: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> dict[tuple[str, int], list[digests.Unit]]:
+    wanted = {(r.topic, r.partition) for r in planned if r.size > 0}
+    found = digests.read(value for m in clients.read_to_end(
+        clients.settings(target, "consumer"), digests.topic_name(flow.source), "digest units") if (value := m.value()))
+    return {tp: units for tp, units in found.items() if tp in wanted}
+
+
+def _digest_pass(spark: Any, target: Cluster, flow: Flow, planned: Sequence[SourceRange],
+                 units: Mapping[tuple[str, int], list[digests.Unit]]
+                 ) -> tuple[dict[tuple[str, int], tuple[digests.Unit, ...]], list[SourceRange]]:
+    """The units proven per partition (a run from the range's start), and what is left to read on both sides."""
+    chains: dict[tuple[str, int], list[digests.Unit]] = {}
+    for r in planned:
+        if r.size > 0 and r.mirrored is not None and (r.topic, r.partition) in units:
+            stop = min(r.end, r.mirrored)
+            run = [u for u in digests.chain(units[(r.topic, r.partition)], r.start) if u.first < stop]
+            if run:
+                chains[(r.topic, r.partition)] = run
+    found = _unit_copies(spark, target, flow, planned, chains) if chains else {}
+    proven: dict[tuple[str, int], tuple[digests.Unit, ...]] = {}
+    walked = []
+    for r in planned:
+        tp = (r.topic, r.partition)
+        run = chains.get(tp, [])
+        good: list[digests.Unit] = []
+        for u in run:
+            if not digests.matches(u, found.get((r.topic, r.partition, u.first))):
+                break
+            good.append(u)
+        proven[tp] = tuple(good)
+        if not good:
+            walked.append(r)
+            continue
+        floors = [u.target_first for u in good if u.target_first is not None]
+        # No copy of a record after a proven unit lies below that unit's first copy (batches write in order).
+        floor = max(r.target_floor, floors[-1]) if floors and r.target_floor >= 0 else r.target_floor
+        walked.append(replace(r, start=min(max(good[-1].next, r.start), r.end), target_floor=floor))
+    return proven, walked
+
+
+def _unit_copies(spark: Any, target: Cluster, flow: Flow, planned: Sequence[SourceRange],
+                 chains: Mapping[tuple[str, int], list[digests.Unit]]) -> dict[tuple[str, int, int], dict[str, int]]:
+    """Per unit (source topic, partition, first offset): how many copies the target holds of its offsets, and the
+    XOR of their digests. One read of each remote partition from its units' first copy."""
+    floors: dict[tuple[str, int], int] = {}
+    for r in planned:
+        run = chains.get((r.topic, r.partition))
+        known = [u.target_first for u in run or () if u.target_first is not None]
+        if run and r.target_floor >= 0:
+            floors[(r.remote, r.partition)] = min([r.target_floor, *known]) if known else r.target_floor
+    if not floors:
+        return {}
+    copies = _attributed(spark, target, flow, floors)
+    bounds = spark.createDataFrame(
+        [(u.topic, u.partition, u.cell, u.first, u.next) for run in chains.values() for u in run],
+        "topic string, partition int, cell long, unit_first long, unit_next long")
+    from pyspark.sql.functions import bit_xor, broadcast, count
+
+    digest = digests.digest_sql(partition="at_partition")
+    rows = (copies.selectExpr("topic", "partition", "offset", f"offset div {digests.CELL} AS cell",
+                              f"{digest} AS digest")
+            .join(broadcast(bounds), ["topic", "partition", "cell"])
+            .where("offset >= unit_first AND offset < unit_next")
+            .groupBy("topic", "partition", "unit_first")
+            .agg(count("*").alias("records"), bit_xor("digest").alias("xor")).collect())
+    return {(r["topic"], r["partition"], r["unit_first"]): {"records": r["records"], "xor": r["xor"]} for r in rows}
+
+
+def require_provenance(flow: Flow, job: str) -> None:
+    if not flow.flag("mirrorflow.provenance.header.enabled"):
+        raise ConfigError(f"flow {flow.name}: the {job} attributes target records by their provenance header, "
+                          "which this flow does not write (mirrorflow.provenance.header.enabled = false)")
+
+
+def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None,
+                     proven: Sequence[digests.Unit] = ()) -> PartitionAudit:
+    """The partition's tallies: the proven units' (every record mirrored once) and the walk's over the rest."""
+    start = min(r.start, proven[0].first) if proven else r.start
+    end = max(r.end, proven[-1].next) if proven else r.end
+    written = sum(u.records for u in proven)
+    refused = sum(u.refused for u in proven)
+    base = PartitionAudit(r.topic, r.partition, start, end, r.remote, r.mirrored, source_records=written + refused,
+                          mirrored_records=written, copies=written, refused=refused, lost=r.lost,
+                          lost_ranges=r.lost_ranges)
+    if row is None:
+        return base
+    differences = tuple(Difference(d[0], tuple(d[1]), d[2]) for d in json.loads(row["differences"]))
+    return replace(
+        base, source_records=base.source_records + row["source_records"],
+        mirrored_records=written + row["mirrored_records"], copies=written + row["copies"],
+        unexpected=row["unexpected"], missing=row["missing"],
+        missing_ranges=tuple((x[0], x[1]) for x in json.loads(row["missing_ranges"])),
+        missing_range_count=row["missing_range_count"], duplicated=row["duplicated"],
+        duplicated_ranges=tuple((x[0], x[1]) for x in json.loads(row["duplicated_ranges"])),
+        duplicated_range_count=row["duplicated_range_count"], differing=row["differing"],
+        differences=differences, behind=row["behind"], refused=refused + row["refused"])
+
+
+# -- the Spark job ------------------------------------------------------------------------------
+
+def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange],
+                   committed: bool = False) -> Any:
+    """The source records of the non-empty ranges the flow mirrors, as Spark's Kafka source gives them, and
+    `refused`: a provenance hop names the flow's target and the remote topic, so the stream's writer refuses
+    the record (it would loop back to where it came from); the audit counts it, never expects it.
+    """
+    wanted = [r for r in planned if r.size > 0]
+    if not wanted:
+        return None
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    ending: dict[str, dict[str, int]] = {}
+    for r in wanted:
+        assign.setdefault(r.topic, []).append(r.partition)
+        starting.setdefault(r.topic, {})[str(r.partition)] = r.start
+        ending.setdefault(r.topic, {})[str(r.partition)] = r.end
+    records = _read(spark, cluster, assign, json.dumps(starting), json.dumps(ending), committed=committed)
+    returns = spark.createDataFrame(
+        sorted({(r.topic, provenance.prefix(flow.target, r.remote).decode()) for r in wanted}),
+        "topic string, returning_prefix string")
+    from pyspark.sql.functions import broadcast
+
+    hop = f"h.key = '{provenance.HEADER}' AND startswith(CAST(h.value AS STRING), returning_prefix)"
+    return (records.join(broadcast(returns), "topic")
+            .selectExpr("*", f"coalesce(exists(headers, h -> {hop}), false) AS refused")
+            .drop("returning_prefix"))
+
+
+def _hop_of(cluster: str) -> str:
+    """SQL: header `h` is a provenance hop that started on `cluster`."""
+    start = provenance.prefix(cluster).decode().replace("'", "\\'")
+    return f"h.key = '{provenance.HEADER}' AND startswith(CAST(h.value AS STRING), '{start}')"
+
+
+def target_copies(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> Any:
+    """Every target record from the ranges' floors on that this flow's provenance attributes to a record in a range.
+
+    Columns: the source `topic`, `partition`, `offset`; the copy's `key`, `value`, `timestamp`, its own `headers`
+    (this hop's provenance header removed), and where it is (`at_topic`, `at_partition`, `at_offset`).
+    """
+    floors: dict[tuple[str, int], int] = {}
+    for r in planned:
+        if r.target_floor >= 0 and r.size > 0:
+            key = (r.remote, r.partition)
+            floors[key] = min(floors.get(key, r.target_floor), r.target_floor)
+    if not floors:
+        return None
+    copies = _attributed(spark, cluster, flow, floors)
+    bounds = spark.createDataFrame([(r.topic, r.partition, r.start, r.end) for r in planned if r.size > 0],
+                                   "topic string, partition int, range_start long, range_end long")
+    from pyspark.sql.functions import broadcast
+
+    return (copies.join(broadcast(bounds), ["topic", "partition"])
+            .where("offset >= range_start AND offset < range_end").drop("range_start", "range_end"))
+
+
+def _attributed(spark: Any, cluster: Cluster, flow: Flow, floors: Mapping[tuple[str, int], int]) -> Any:
+    """Every record of the remote partitions from their floors on that this flow's provenance attributes to a
+    source record: its `topic`, `partition`, `offset`, the copy's `key`, `value`, `timestamp`, its own `headers`
+    (this hop's header removed), and where it is (`at_topic`, `at_partition`, `at_offset`)."""
+    assign: dict[str, list[int]] = {}
+    starting: dict[str, dict[str, int]] = {}
+    for (t, p), floor in sorted(floors.items()):
+        assign.setdefault(t, []).append(p)
+        starting.setdefault(t, {})[str(p)] = floor
+    raw = _read(spark, cluster, assign, json.dumps(starting), "latest", committed=True)
+    attributed = raw.selectExpr(
+        "topic AS at_topic", "partition AS at_partition", "offset AS at_offset", "key", "value", "timestamp",
+        "headers", f"try_element_at(filter(headers, h -> {_hop_of(flow.source)}), -1) AS hop",
+    ).where("hop IS NOT NULL").selectExpr(
+        "*", "split(CAST(hop.value AS STRING), '/') AS hop_parts")
+    return attributed.selectExpr(
+        "try_element_at(hop_parts, -3) AS topic", "try_cast(try_element_at(hop_parts, -2) AS INT) AS partition",
+        "try_cast(try_element_at(hop_parts, -1) AS BIGINT) AS offset", "key", "value", "timestamp",
+        # The stream appends this hop's header last: what is left are the source record's own headers.
+        "IF(try_element_at(headers, -1) = hop, slice(headers, 1, size(headers) - 1), headers) AS headers",
+        "at_topic", "at_partition", "at_offset")
+
+
+def _read(spark: Any, cluster: Cluster, assign: Mapping[str, list[int]], starting: str, ending: str,
+          committed: bool = False) -> Any:
+    overrides = {"isolation.level": "read_committed"} if committed else {}
+    reader = spark.read.format("kafka")
+    options = {**spark_session.kafka_options(cluster, **overrides), "assign": json.dumps(assign),
+               "startingOffsets": starting, "endingOffsets": ending, "includeHeaders": "true",
+               # Retention may remove the oldest records between planning and reading: read what is there.
+               "failOnDataLoss": "false"}
+    # A batch read wants large fetches: with 1 MiB per partition and a 64 KiB socket buffer a 1 KiB-record read
+    # ran at about 100k records/s here, at about 130k with these (the cluster's own consumer settings win).
+    for key, value in _BATCH_FETCH.items():
+        options.setdefault(key, value)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load()
+
+
+_BATCH_FETCH = {"kafka.max.partition.fetch.bytes": str(16 << 20), "kafka.fetch.max.bytes": str(64 << 20),
+                "kafka.receive.buffer.bytes": str(4 << 20)}
+
+
+def _digests(side: str, at_partition: str, at_offset: str) -> list[str]:
+    headers = "IF(headers IS NULL OR size(headers) = 0, 0L, xxhash64(headers))"
+    return ["topic", "partition", "offset", f"CAST({side} AS TINYINT) AS side",
+            "xxhash64(key, key IS NULL) AS kd", "xxhash64(value, value IS NULL) AS vd", f"{headers} AS hd",
+            "unix_millis(timestamp) AS ts", f"{at_partition} AS at_partition", f"{at_offset} AS at_offset"]
+
+
+def _tallies(spark: Any, cfg: MirrorConfig, flow: Flow, planned: Sequence[SourceRange]) -> list[dict[str, Any]]:
+    source = source_records(spark, cfg.cluster(flow.source), flow, planned, cfg.reads_committed(flow))
+    if source is None:
+        return []
+    sides = source.selectExpr(*_digests(f"IF(refused, {_REFUSED}, {_SOURCE})", "partition", "offset"))
+    copies = target_copies(spark, cfg.cluster(flow.target), flow, planned)
+    if copies is not None:
+        sides = sides.unionByName(copies.selectExpr(*_digests(str(_COPY), "at_partition", "at_offset")))
+    bounds = {(r.topic, r.partition): (r.mirrored, r.remote) for r in planned}
+    tasks = max(1, min(len(planned), spark.sparkContext.defaultParallelism * 2))
+    rows = (sides.repartition(tasks, "topic", "partition")
+            .sortWithinPartitions("topic", "partition", "offset", "side")
+            .mapInArrow(functools.partial(walk, bounds), _RESULT_DDL).collect())
+    return [r.asDict() for r in rows]
+
+
+# -- the streaming pass -------------------------------------------------------------------------
+
+class _Ranges:
+    """Maximal runs of consecutive source records with one property; the first EXAMPLES kept, all counted."""
+
+    def __init__(self) -> None:
+        self.first: list[list[int]] = []
+        self.count = 0
+        self.open = False
+
+    def add(self, offset: int) -> None:
+        if self.open:
+            if self.count <= EXAMPLES:
+                self.first[-1][1] = offset
+            return
+        self.count += 1
+        self.open = True
+        if self.count <= EXAMPLES:
+            self.first.append([offset, offset])
+
+    def cut(self) -> None:
+        self.open = False
+
+
+class _Tally:
+    def __init__(self, tp: tuple[str, int], mirrored: int | None, remote: str) -> None:
+        self.tp, self.mirrored, self.remote = tp, mirrored, remote
+        self.source_records = self.mirrored_records = self.copies = self.unexpected = 0
+        self.missing = self.duplicated = self.differing = self.behind = self.refused = 0
+        self.missing_ranges, self.duplicated_ranges = _Ranges(), _Ranges()
+        self.differences: list[tuple[int, list[str], str]] = []
+
+    def record(self, offset: int, source: tuple[Any, ...] | None, copies: list[tuple[Any, ...]],
+               refused: bool = False) -> None:
+        """Classify one source offset: its source digests (None: no source record) and its copies' digests."""
+        if source is None:
+            self.unexpected += len(copies)
+            return
+        self.source_records += 1
+        if refused:
+            self.refused += 1
+            self.unexpected += len(copies)
+            self.missing_ranges.cut()
+            self.duplicated_ranges.cut()
+            return
+        self.copies += len(copies)
+        if not copies:
+            self.duplicated_ranges.cut()
+            if self.mirrored is None or offset >= self.mirrored:
+                self.behind += 1
+                self.missing_ranges.cut()
+            else:
+                self.missing += 1
+                self.missing_ranges.add(offset)
+            return
+        self.missing_ranges.cut()
+        self.mirrored_records += 1
+        if len(copies) > 1:
+            self.duplicated += 1
+            self.duplicated_ranges.add(offset)
+        else:
+            self.duplicated_ranges.cut()
+        fields: list[str] = []
+        for copy in copies:
+            fields += [f for f, a, b in zip(_FIELDS, source, copy, strict=False) if a != b and f not in fields]
+        if fields:
+            self.differing += 1
+            if len(self.differences) < EXAMPLES:
+                at = next(c for c in copies if c[:len(_FIELDS)] != source[:len(_FIELDS)])
+                self.differences.append((offset, fields, f"{self.remote}-{at[4]}@{at[5]}"))
+
+    def row(self) -> dict[str, Any]:
+        return {"topic": self.tp[0], "partition": self.tp[1], "source_records": self.source_records,
+                "mirrored_records": self.mirrored_records, "copies": self.copies, "unexpected": self.unexpected,
+                "missing": self.missing, "missing_ranges": json.dumps(self.missing_ranges.first),
+                "missing_range_count": self.missing_ranges.count, "duplicated": self.duplicated,
+                "duplicated_ranges": json.dumps(self.duplicated_ranges.first),
+                "duplicated_range_count": self.duplicated_ranges.count, "differing": self.differing,
+                "differences": json.dumps(self.differences), "behind": self.behind, "refused": self.refused}
+
+
+def walk(bounds: Mapping[tuple[str, int], tuple[int | None, str]],
+         batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: rows of both sides sorted by (topic, partition, offset, side) in, one tally per partition out.
+
+    `bounds` gives each source partition's flow position and remote topic.
+    """
+    tallies: dict[tuple[str, int], _Tally] = {}
+    tally: _Tally | None = None
+    offset: int | None = None
+    source: tuple[Any, ...] | None = None
+    refused = False
+    copies: list[tuple[Any, ...]] = []
+    for batch in batches:
+        cols = [batch.column(name).to_pylist() for name in _COLUMNS]
+        topics, parts, offsets, sides = cols[0], cols[1], cols[2], cols[3]
+        digests = list(zip(*cols[4:], strict=True))
+        for i in range(batch.num_rows):
+            tp = (topics[i], parts[i])
+            if tally is None or tp != tally.tp or offsets[i] != offset:
+                if tally is not None and offset is not None:
+                    tally.record(offset, source, copies, refused)
+                if tally is None or tp != tally.tp:
+                    mirrored, remote = bounds[tp]
+                    tally = tallies.setdefault(tp, _Tally(tp, mirrored, remote))
+                offset, source, refused, copies = offsets[i], None, False, []
+            if sides[i] == _COPY:
+                copies.append(digests[i])
+            else:
+                source, refused = digests[i], sides[i] == _REFUSED
+    if tally is not None and offset is not None:
+        tally.record(offset, source, copies, refused)
+    if tallies:
+        yield pa.RecordBatch.from_pylist([t.row() for t in tallies.values()], schema=_RESULT)

@@ -1,0 +1,239 @@
+"""Backfill: copy a bounded source range to the target once, with the stream's fidelity.
+
+The records go through the stream's own writer (stream_writer.py): same partition, key, value, headers and
+timestamp, a provenance header, source order within each partition. What the target already holds is skipped:
+a Spark anti-join removes every source offset that this hop's provenance header attributes to a copy on the
+target (the audit's attribution), so a second run over the same range writes nothing.
+
+Hand-over with the stream, enforced rather than advised:
+  - the backfill holds the flow's lease while it writes, so the stream cannot run at the same time (a running
+    stream makes the backfill refuse; `pause` stops it cleanly first and asks it to run again after);
+  - a partition the flow has read (it has a position in the offset syncs) is the stream's from that position
+    on: the backfill writes only below it (a repair). Repaired records are appended after later ones, so they
+    get no offset syncs: translation stays monotonic, and those offsets translate as before;
+  - a partition the flow has never read is seeded: its records are written in order, with offset syncs, and
+    its position is set to the range's end, so the stream continues exactly there (no gap, no duplicate).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from confluent_kafka.admin import OffsetSpec
+
+from mirrorflow.errors import ConfigError, OperationalError
+from mirrorflow.jobs import audit, lifecycle, ranges
+from mirrorflow.jobs.ranges import SourceRange, Window
+from mirrorflow.kafka import admin_sync, clients, flow_lease
+from mirrorflow.kafka.flow_lease import FlowLease
+from mirrorflow.model.config import Flow, MirrorConfig
+from mirrorflow.rules import offset_syncs
+from mirrorflow.rules.anchors import Anchor, PartitionAnchors
+from mirrorflow.rules.offset_syncs import AnchorRecord, Position
+from mirrorflow.spark import spark_session
+from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
+
+log = logging.getLogger(__name__)
+SEED, REPAIR = "seed", "repair"
+
+
+@dataclass(frozen=True)
+class PartitionBackfill:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive: what was covered
+    requested_end: int  # the request's end; beyond `end` the offsets are the stream's
+    mode: str  # seed: the flow had never read it (syncs written, position set); repair: below the position
+    written: int
+    refused: int = 0  # records that came from the target topic they would be written to (never written)
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+@dataclass(frozen=True)
+class BackfillReport:
+    flow: str
+    window: str
+    partitions: tuple[PartitionBackfill, ...]
+    seconds: float
+    paused: bool
+
+    @property
+    def written(self) -> int:
+        return sum(p.written for p in self.partitions)
+
+    @property
+    def refused(self) -> int:
+        return sum(p.refused for p in self.partitions)
+
+    def summary(self) -> str:
+        covered = sum(p.end - p.start for p in self.partitions)
+        left = [p for p in self.partitions if p.requested_end > p.end]
+        tail = (f"; offsets from the flow's position on left to the stream in {len(left)} partitions "
+                f"(e.g. {left[0].name} from {left[0].end})" if left else "")
+        if self.refused:
+            tail += f"; {self.refused} refused: they came from the target topic they would be written to"
+        return (f"backfill {self.flow} ({self.window}): wrote {self.written} records over {covered} offsets in "
+                f"{len(self.partitions)} partitions in {self.seconds:.1f} s; everything else was already on the "
+                f"target{tail}")
+
+    def table(self) -> str:
+        rows = [("partition", "mode", "range", "written", "refused")]
+        rows += [(p.name, p.mode, f"{p.start}-{p.end}", str(p.written), str(p.refused)) for p in self.partitions]
+        return "\n".join([*audit.aligned(rows, left=(0, 1, 2)), "", self.summary()])
+
+    def as_dict(self) -> dict[str, Any]:
+        as_json: dict[str, Any] = json.loads(json.dumps({**asdict(self), "written": self.written,
+                                                         "refused": self.refused, "summary": self.summary()}))
+        return as_json
+
+
+def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
+        from_offsets: Mapping[str, Mapping[int, int]] | None = None, pause: bool = False,
+        master: str = "local[*]", spark: Any = None) -> BackfillReport:
+    """Backfill the requested range of one flow; see the module's contract for the hand-over with the stream."""
+    flow = cfg.flow(flow_name)
+    audit.require_provenance(flow, "backfill")
+    if from_offsets is None and window.from_ms is None:
+        raise ConfigError("backfill needs where to start: --from-offsets or --from-time")
+    target = cfg.cluster(flow.target)
+    target_admin = clients.admin(target)
+    syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
+    admin_sync.ensure_internal_topic(target_admin, target.alias, syncs_topic,
+                                     flow.number("offset-syncs.topic.replication.factor"),
+                                     admin_sync.COMPACTED)
+    begun = time.monotonic()
+    resume = _pause(cfg, flow, target_admin, pause)
+    lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
+    holding: _Holding | None = None
+    try:
+        lease.acquire(wait_s=10.0)
+        holding = _Holding(lease)
+        planned = ranges.plan(cfg, flow, topics=topics, window=window, from_offsets=from_offsets)
+        jobs = [(r if r.mirrored is None else ranges.below(r, r.mirrored), r) for r in planned]
+        written = _write(cfg, flow, [j for j, _ in jobs], target_admin, syncs_topic, spark, master)
+        if lease.lost:
+            raise OperationalError(f"flow {flow.name}: the backfill lost the flow's lease while writing (target "
+                                   "unreachable for a session?): a stream may have run meanwhile; audit the range")
+        _set_seed_positions(cfg, flow, [j for j, _ in jobs if j.mirrored is None], target_admin, syncs_topic, written)
+    finally:
+        if holding is not None:
+            holding.stop()
+        lease.release()
+        if resume:
+            lifecycle.start(cfg, flow, "backfill finished")
+    partitions = tuple(PartitionBackfill(j.topic, j.partition, j.start, j.end, r.end,
+                                         SEED if j.mirrored is None else REPAIR,
+                                         written.get((j.topic, j.partition), {}).get("records", 0),
+                                         written.get((j.topic, j.partition), {}).get("refused", 0))
+                       for j, r in jobs)
+    return BackfillReport(flow.name, _label(window, from_offsets), partitions, time.monotonic() - begun, resume)
+
+
+def _label(window: Window, from_offsets: Mapping[str, Mapping[int, int]] | None) -> str:
+    if from_offsets is None:
+        return window.label()
+    return "from the offsets given" + ("" if window.to_ms is None else f" to {ranges.clock(window.to_ms)}")
+
+
+def _pause(cfg: MirrorConfig, flow: Flow, target_admin: Any, pause: bool) -> bool:
+    """Make sure no stream of the flow runs; True when it was stopped here and should run again after."""
+    holders = flow_lease.holders(target_admin, flow.name)
+    if not holders:
+        return False
+    if not pause:
+        raise OperationalError(f"flow {flow.name} is running ({', '.join(holders)}): a backfill writes only while "
+                               f"the stream is stopped; stop it (mirrorflow stop --flow {flow.name}) or pass --pause")
+    wanted = lifecycle.requested(cfg, flow)
+    lifecycle.stop(cfg, flow, "paused for a backfill")
+    log.info("flow %s: stream stopped for the backfill", flow.name)
+    return wanted.state == lifecycle.RUNNING
+
+
+class _Holding:
+    """Serves the lease's group protocol while the job runs (a consumer that stops polling leaves its group)."""
+
+    def __init__(self, lease: FlowLease) -> None:
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._serve, args=(lease,), name="mirrorflow-backfill-lease",
+                                        daemon=True)
+        self._thread.start()
+
+    def _serve(self, lease: FlowLease) -> None:
+        while not self._done.wait(1.0):
+            if not lease.keep():
+                log.error("backfill: the flow's lease was lost (target unreachable for a session?)")
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(5)
+
+
+def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_admin: Any, syncs_topic: str,
+           spark: Any, master: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """Write every source record of the jobs the target does not hold; the writer's summary per partition."""
+    todo = [j for j in jobs if j.size > 0]
+    if not todo:
+        return {}
+    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
+    source_admin = clients.admin(source)
+    counts, _ = admin_sync.partition_counts(source_admin, source.alias)
+    admin_sync.ensure_remote_topics(flow, source_admin, target_admin, {j.topic: counts[j.topic] for j in todo})
+    spark = spark or spark_session.build(f"mirrorflow backfill {flow.name}", master)
+    records = audit.source_records(spark, source, flow, todo, cfg.reads_committed(flow))
+    copies = audit.target_copies(spark, target, flow, todo)
+    if copies is not None:
+        records = records.join(copies.select("topic", "partition", "offset"), ["topic", "partition", "offset"],
+                               "left_anti")
+    spec = WriterSpec(
+        flow=flow.name, source=flow.source, target=flow.target,
+        producer_settings=clients.settings(target, "producer"),
+        consumer_settings=clients.settings(target, "consumer"),
+        source_admin_settings=clients.settings(source, "admin"),
+        target_admin_settings=clients.settings(target, "admin"),
+        remote={j.topic: j.remote for j in todo}, mirrored={}, ends={(j.topic, j.partition): j.end for j in todo},
+        downstream_next={}, syncs_topic=syncs_topic, provenance=True, transactional=target.exactly_once, replay=True,
+        unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
+    tasks = max(1, min(len(todo), spark.sparkContext.defaultParallelism * 2))
+    rows = (records.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
+            .selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA)
+            .collect())
+    return {(r["topic"], r["partition"]): r.asDict() for r in rows}
+
+
+def _set_seed_positions(cfg: MirrorConfig, flow: Flow, seeds: Sequence[SourceRange], admin: Any,
+                        syncs_topic: str, written: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
+    """A seeded partition's position moves to its range's end: the stream starts there."""
+    if not seeds:
+        return
+    target = cfg.cluster(flow.target)
+    counts, _ = admin_sync.partition_counts(admin, target.alias)  # remote topics may be new since the plan
+    remote = [(s.remote, s.partition) for s in seeds if s.partition < counts.get(s.remote, 0)]
+    ends = admin_sync.offsets(admin, target.alias, remote, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
+    for s in seeds:
+        position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition), -1))
+        producer.produce(syncs_topic, position.value(), position.key(), partition=0)
+        row = written.get((s.topic, s.partition))
+        if row is not None and row["first_downstream"] is not None:
+            # The seed is the partition's first write: its origin, and a barrier (a retried task may repeat).
+            store = PartitionAnchors(flow.number("mirrorflow.offset-syncs.anchors.max"),
+                                     flow.number("mirrorflow.offset-syncs.anchors.spacing"))
+            store.record_batch(Anchor(row["first_upstream"], row["first_downstream"]),
+                               Anchor(row["last_upstream"], row["last_downstream"]), replay=True, fresh=True)
+            for slot, anchor in store.drain().items():
+                record = AnchorRecord(s.topic, s.partition, slot, anchor)
+                producer.produce(syncs_topic, record.value(), record.key(), partition=0)
+    if producer.flush(60) > 0:
+        raise OperationalError(f"flow {flow.name}: offset syncs not acknowledged by {target.alias}")

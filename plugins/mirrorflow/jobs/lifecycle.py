@@ -1,0 +1,350 @@
+"""A flow's stream lifecycle: the state an operator asked for, whether the stream is alive, how far behind.
+
+The requested state of flow A->B lives on B, in the compacted topic `mirrorflow-flow-states.internal`
+(key: the flow's name; value: JSON `{"state": "running"|"stopped", "reason", "at"}`), beside the flow's
+lease and offset syncs. Every host reads the same answer, and the stream's driver watches the topic, so a
+stop reaches the driver wherever Spark runs it. No record means running: an enabled flow runs.
+
+Alive means a stream instance holds the flow's lease (flow_lease.py), which also makes a second instance
+impossible. Lag is measured from the clusters themselves: the source's end offsets (last stable offsets
+under `read_committed`) minus the positions the flow's offset syncs record as mirrored.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from mirrorflow.errors import OperationalError
+from mirrorflow.kafka import admin_sync, clients, flow_lease, heartbeats, offset_sync_log
+from mirrorflow.model import selection
+from mirrorflow.model.config import Flow, MirrorConfig
+from mirrorflow.rules import offset_syncs
+from mirrorflow.rules.policy import HEARTBEATS_TOPIC, is_heartbeats_topic
+
+log = logging.getLogger(__name__)
+STATES_TOPIC = "mirrorflow-flow-states.internal"
+RUNNING, STOPPED = "running", "stopped"
+
+
+@dataclass(frozen=True)
+class Requested:
+    """The state an operator (or a runbook) asked a flow to be in."""
+
+    flow: str
+    state: str = RUNNING
+    reason: str = ""
+    at_ms: int = 0
+
+    def key(self) -> bytes:
+        return self.flow.encode()
+
+    def value(self) -> bytes:
+        return json.dumps({"state": self.state, "reason": self.reason, "at": self.at_ms}).encode()
+
+    @classmethod
+    def decode(cls, key: bytes, value: bytes) -> Requested:
+        data = json.loads(value)
+        return cls(key.decode(), str(data["state"]), str(data.get("reason", "")), int(data.get("at", 0)))
+
+    def line(self) -> str:
+        since = f" since {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(self.at_ms / 1000))} UTC" if self.at_ms else ""
+        return f"requested {self.state}{since}" + (f" ({self.reason})" if self.reason else "")
+
+
+def _ensure_states_topic(cfg: MirrorConfig, flow: Flow, admin: AdminClient) -> None:
+    admin_sync.ensure_internal_topic(admin, flow.target, STATES_TOPIC,
+                                     flow.number("offset-syncs.topic.replication.factor"),
+                                     admin_sync.COMPACTED)
+
+
+def requested(cfg: MirrorConfig, flow: Flow) -> Requested:
+    """The newest request for the flow, read from its target; running if there is none."""
+    newest = Requested(flow.name)
+    target = cfg.cluster(flow.target)
+    for msg in clients.read_to_end(clients.settings(target, "consumer"), STATES_TOPIC, "flow states"):
+        if msg.key() == flow.name.encode() and msg.value() is not None:
+            try:
+                newest = Requested.decode(msg.key() or b"", msg.value() or b"")
+            except (ValueError, KeyError) as exc:
+                log.warning("flow %s: unreadable state record at offset %s: %s", flow.name, msg.offset(), exc)
+    return newest
+
+
+def request(cfg: MirrorConfig, flow: Flow, state: str, reason: str) -> Requested:
+    """Record that the flow should be `state` (running or stopped); acknowledged by the target when this returns."""
+    if state not in (RUNNING, STOPPED):
+        raise ValueError(state)
+    target = cfg.cluster(flow.target)
+    admin = clients.admin(target)
+    _ensure_states_topic(cfg, flow, admin)
+    wanted = Requested(flow.name, state, reason, int(time.time() * 1000))
+    producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
+    producer.produce(STATES_TOPIC, wanted.value(), wanted.key(), partition=0)
+    if producer.flush(admin_sync.TIMEOUT_S) > 0:
+        raise OperationalError(f"cannot record flow {flow.name} as {state} on {flow.target}: "
+                               f"not acknowledged within {admin_sync.TIMEOUT_S:.0f} s")
+    log.info("flow %s: %s", flow.name, wanted.line())
+    return wanted
+
+
+class StopWatch:
+    """Calls `on_stop` when a stop is requested for the flow after the watch started (a driver's thread)."""
+
+    def __init__(self, cfg: MirrorConfig, flow: Flow, on_stop: Callable[[Requested], None]) -> None:
+        self.cfg, self.flow, self.on_stop = cfg, flow, on_stop
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Returns once the watch reads from the states topic's end as it is now: a stop requested after this
+        returns is seen, however slowly the watch's thread gets going."""
+        _ensure_states_topic(self.cfg, self.flow, clients.admin(self.cfg.cluster(self.flow.target)))
+        settings = clients.settings(self.cfg.cluster(self.flow.target), "consumer")
+        consumer = Consumer({**settings, "group.id": "mirrorflow-stop-watch", "enable.auto.commit": False,
+                             "isolation.level": "read_committed"})
+        try:
+            _, end = consumer.get_watermark_offsets(TopicPartition(STATES_TOPIC, 0), timeout=admin_sync.TIMEOUT_S)
+        except KafkaException as exc:
+            consumer.close()
+            raise OperationalError(f"flow {self.flow.name}: cannot read {STATES_TOPIC} on {self.flow.target} to "
+                                   f"watch for stop requests: {exc.args[0].str()}") from None
+        consumer.assign([TopicPartition(STATES_TOPIC, 0, end)])
+        self._thread = threading.Thread(target=self._run, args=(consumer,), name="mirrorflow-stop-watch",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self, consumer: Consumer) -> None:
+        key = self.flow.name.encode()
+        try:
+            while not self._stop.is_set():
+                msg = consumer.poll(0.5)
+                if msg is None or msg.error() is not None or msg.key() != key or msg.value() is None:
+                    continue
+                try:
+                    wanted = Requested.decode(key, msg.value() or b"")
+                except (ValueError, KeyError):
+                    continue
+                if wanted.state == STOPPED:
+                    self.on_stop(wanted)
+        finally:
+            consumer.close()
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """How far the flow's target is behind one source partition."""
+
+    topic: str
+    partition: int
+    source_end: int
+    mirrored: int  # the next source offset the flow has not mirrored
+    oldest_unmirrored_ms: int | None = None  # CreateTime of the first record not mirrored yet
+    lost: int = 0  # deleted on the source before the flow read them: recorded, and below the log start already
+
+    @property
+    def records(self) -> int:
+        return max(self.source_end - self.mirrored, 0)
+
+
+@dataclass(frozen=True)
+class FlowHealth:
+    flow: str
+    requested: Requested
+    holders: tuple[str, ...]  # hosts whose instance holds the lease: () when the stream is down
+    heartbeat_age_s: float | None  # newest heartbeat of the flow on its target
+    lags: tuple[PartitionLag, ...] | None  # None when the source could not be read
+    source_error: str = ""
+    measured_at: float = field(default_factory=time.time)
+    lease_error: str = ""  # the lease group could not be described: running or not is unknown
+
+    @property
+    def alive(self) -> bool:
+        return bool(self.holders)
+
+    @property
+    def lag_records(self) -> int | None:
+        return None if self.lags is None else sum(lag.records for lag in self.lags)
+
+    @property
+    def lag_seconds(self) -> float | None:
+        """Age of the oldest record not mirrored yet (0 when nothing is behind); None without the source."""
+        if self.lags is None:
+            return None
+        oldest = [lag.oldest_unmirrored_ms for lag in self.lags if lag.records and lag.oldest_unmirrored_ms]
+        return max(self.measured_at - min(oldest) / 1000, 0.0) if oldest else 0.0
+
+    def behind(self) -> list[PartitionLag]:
+        return [lag for lag in self.lags or () if lag.records]
+
+    def losing(self) -> list[PartitionLag]:
+        return [lag for lag in self.lags or () if lag.lost]
+
+    def line(self) -> str:
+        running = (f"running on {', '.join(self.holders)}" if self.alive
+                   else f"running or not: unknown ({self.lease_error})" if self.lease_error else "not running")
+        beat = "no heartbeat" if self.heartbeat_age_s is None else f"heartbeat {self.heartbeat_age_s:.0f} s ago"
+        if self.lags is None:
+            lag = "lag unknown" + (f" ({self.source_error})" if self.source_error else " (source not read)")
+        else:
+            lag = f"lag {self.lag_records} records / {self.lag_seconds:.1f} s over {len(self.lags)} partitions"
+            lost = self.losing()
+            if lost:
+                named = ", ".join(f"{x.topic}-{x.partition} ({x.lost})" for x in lost[:3])
+                lag += (f", {sum(x.lost for x in lost)} records LOST on the source before mirrored: {named}"
+                        + (f" and {len(lost) - 3} more" if len(lost) > 3 else ""))
+        return f"flow {self.flow}: {running}, {self.requested.line()}, {beat}, {lag}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"flow": self.flow, "line": self.line(), "requested": self.requested.state,
+                "reason": self.requested.reason,
+                "alive": self.alive, "holders": list(self.holders), "lease_error": self.lease_error,
+                "heartbeat_age_s": self.heartbeat_age_s,
+                "lag_records": self.lag_records, "lag_seconds": self.lag_seconds, "source_error": self.source_error,
+                "behind": [{"topic": b.topic, "partition": b.partition, "records": b.records} for b in self.behind()],
+                "lost": [{"topic": x.topic, "partition": x.partition, "records": x.lost} for x in self.losing()]}
+
+
+def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_sync_log.SyncsState | None = None) -> list[PartitionLag]:
+    """Per replicated source partition (heartbeats topics aside): its end and what the flow has mirrored of it.
+
+    `syncs`: a long-lived view of the flow's offset syncs, refreshed with what is new (else read once)."""
+    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
+    source_admin = clients.admin(source, **{"socket.timeout.ms": 10_000})
+    counts, _ = admin_sync.partition_counts(source_admin, source.alias)
+    partitions = [(t, p) for t, n in sorted(counts.items())
+                  if selection.replicates(flow, t) and not is_heartbeats_topic(flow.policy, t) for p in range(n)]
+    committed = cfg.reads_committed(flow)
+    ends = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
+                              IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
+    starts = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    if syncs is None:
+        syncs = offset_sync_log.read(clients.settings(target, "consumer"),
+                                  offset_syncs.topic_name(flow.source, flow.policy.separator))
+    else:
+        syncs.refresh()
+    positions = syncs.positions
+    # Recorded by the stream, plus what the source deleted below a position the stream has not moved past yet.
+    lost = {tp: (syncs.losses[tp].lost if tp in syncs.losses else 0)
+            + (max(starts[tp] - positions[tp].upstream_next, 0) if tp in positions else 0) for tp in partitions}
+    mirrored = {tp: max(positions[tp].upstream_next if tp in positions else 0, starts[tp]) for tp in partitions}
+    behind = [tp for tp in partitions if ends[tp] > mirrored[tp]]
+    oldest = _first_timestamps(clients.settings(source, "consumer"), {tp: mirrored[tp] for tp in behind})
+    return [PartitionLag(t, p, ends[(t, p)], mirrored[(t, p)], oldest.get((t, p)), lost[(t, p)]) for t, p in partitions]
+
+
+def _first_timestamps(settings: Mapping[str, Any], at: Mapping[tuple[str, int], int],
+                      timeout_s: float = 15.0) -> dict[tuple[str, int], int]:
+    """The timestamp of the first readable record at or after each offset (for the age of the lag)."""
+    if not at:
+        return {}
+    consumer = Consumer({**settings, "group.id": "mirrorflow-lag-reader", "enable.auto.commit": False})
+    out: dict[tuple[str, int], int] = {}
+    try:
+        consumer.assign([TopicPartition(t, p, o) for (t, p), o in at.items()])
+        deadline = time.monotonic() + timeout_s
+        while len(out) < len(at) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error() is not None:
+                continue
+            tp = (msg.topic() or "", msg.partition() or 0)
+            if tp not in out:
+                out[tp] = msg.timestamp()[1]
+                consumer.pause([TopicPartition(tp[0], tp[1])])
+    finally:
+        consumer.close()
+    return out
+
+
+def health(cfg: MirrorConfig, flow: Flow, *, with_lag: bool = True) -> FlowHealth:
+    """The flow as the clusters see it. Needs the target; the source only for the lag."""
+    target = cfg.cluster(flow.target)
+    wanted = requested(cfg, flow)
+    try:
+        holders, lease_error = tuple(flow_lease.holders(clients.admin(target), flow.name)), ""
+    except OperationalError as exc:
+        holders, lease_error = (), str(exc)
+    beat = heartbeats.newest(clients.settings(target, "consumer"), HEARTBEATS_TOPIC).get((flow.source, flow.target))
+    age = None if beat is None else heartbeats.age_s(beat.timestamp_ms, time.time())
+    measured, error = None, ""
+    if with_lag:
+        try:
+            measured = tuple(lags(cfg, flow))
+        except OperationalError as exc:
+            error = str(exc)
+    return FlowHealth(flow.name, wanted, holders, age, measured, error, lease_error=lease_error)
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 1.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval_s)
+
+
+def stop(cfg: MirrorConfig, flow: Flow, reason: str, timeout_s: float = 120.0) -> Requested:
+    """Ask the flow to stop and wait until no instance holds its lease (its running batch finishes first)."""
+    wanted = request(cfg, flow, STOPPED, reason)
+    admin = clients.admin(cfg.cluster(flow.target))
+    if not wait_until(lambda: not flow_lease.holders(admin, flow.name), timeout_s):
+        raise OperationalError(f"flow {flow.name} still runs {timeout_s:.0f} s after the stop request "
+                               f"(holder: {', '.join(flow_lease.holders(admin, flow.name))})")
+    return wanted
+
+
+def start(cfg: MirrorConfig, flow: Flow, reason: str, wait_s: float = 0.0) -> bool:
+    """Ask the flow to run; with `wait_s`, wait that long for an instance to hold its lease. True if it runs."""
+    request(cfg, flow, RUNNING, reason)
+    admin = clients.admin(cfg.cluster(flow.target))
+    return wait_until(lambda: bool(flow_lease.holders(admin, flow.name)), wait_s)
+
+
+def launch_decision(cfg: MirrorConfig, flow: Flow) -> tuple[bool, str]:
+    """Whether a supervisor should launch the flow's stream now, and why (one line)."""
+    wanted = requested(cfg, flow)
+    if wanted.state != RUNNING:
+        return False, f"flow {flow.name} is {wanted.line()}: not started"
+    holders = flow_lease.holders(clients.admin(cfg.cluster(flow.target)), flow.name)
+    if holders:
+        return False, f"flow {flow.name} already runs on {', '.join(holders)}"
+    return True, f"flow {flow.name} is {wanted.line()} and no instance holds its lease: starting it"
+
+
+def wait_caught_up(cfg: MirrorConfig, flow: Flow, timeout_s: float,
+                   progress: Callable[[list[PartitionLag]], None] = lambda _: None) -> list[PartitionLag]:
+    """Wait until every replicated partition's lag is 0; raises naming the partitions still behind."""
+    deadline = time.monotonic() + timeout_s
+    target = cfg.cluster(flow.target)
+    syncs = offset_sync_log.SyncsState(clients.settings(target, "consumer"),
+                                    offset_syncs.topic_name(flow.source, flow.policy.separator))
+    try:
+        while True:
+            measured = lags(cfg, flow, syncs)
+            behind = [lag for lag in measured if lag.records]
+            if not behind:
+                return measured
+            progress(behind)
+            if time.monotonic() >= deadline:
+                named = ", ".join(f"{b.topic}-{b.partition} ({b.records} behind)" for b in behind[:5])
+                more = f" and {len(behind) - 5} more" if len(behind) > 5 else ""
+                raise OperationalError(f"flow {flow.name}: still behind after {timeout_s:.0f} s: {named}{more}")
+            time.sleep(2)
+    finally:
+        syncs.close()
+

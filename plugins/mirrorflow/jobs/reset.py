@@ -1,0 +1,193 @@
+"""`mirrorflow reset`: move where a flow resumes a topic's partitions, on purpose and on the record.
+
+Only while the flow's stream is stopped (the command takes the flow's lease for the time it writes). Each
+partition's position in the offset syncs moves to the wanted source offset: earlier re-mirrors records (the
+stream's first batch after a reset is a replay, so translation stays exact), later skips them. The anchors
+stay: they name copies that exist on the target. A reset record tells the next stream that its Spark
+checkpoint is older than the positions, so it starts a new checkpoint at them. Every move is logged.
+
+A topic whose remote topic was deleted or re-created on the target (the stream holds it) is released by a
+reset of all its partitions: its anchors are tombstoned and its positions say nothing was written there yet,
+so the stream creates the remote topic again (if missing) and writes its copies from the remote's end.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import OffsetSpec
+
+from mirrorflow.errors import ConfigError, OperationalError
+from mirrorflow.kafka import admin_sync, clients, offset_sync_log
+from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard
+from mirrorflow.model import selection
+from mirrorflow.model.config import Cluster, MirrorConfig
+from mirrorflow.rules import offset_syncs
+from mirrorflow.rules.offset_syncs import AnchorRecord, Position, Release, Reset
+from mirrorflow.spark import stream_writer
+
+log = logging.getLogger(__name__)
+EARLIEST, LATEST = "earliest", "latest"
+
+
+@dataclass(frozen=True)
+class PartitionReset:
+    topic: str
+    partition: int
+    before: int | None  # the position before; None: the flow had never read the partition
+    after: int
+
+    def line(self) -> str:
+        before = "never read" if self.before is None else str(self.before)
+        return f"{self.topic}-{self.partition}: {before} -> {self.after}"
+
+
+def parse_to(text: str) -> str | int:
+    """`--to`: earliest, latest, or a non-negative source offset."""
+    value = text.strip().lower()
+    if value in (EARLIEST, LATEST):
+        return value
+    if value.isdigit():
+        return int(value)
+    raise ConfigError(f"--to {text!r}: expected earliest, latest or a source offset")
+
+
+def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitions: list[int] | None = None,
+          reason: str = "") -> list[PartitionReset]:
+    """Move the flow's positions of `topic` (all partitions, or `partitions`) to `to`; the moves made."""
+    flow = cfg.flow(flow_name)
+    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
+    source_admin = clients.admin(source)
+    counts, _ = admin_sync.partition_counts(source_admin, source.alias)
+    if topic not in counts:
+        raise ConfigError(f"--topic {topic}: no such topic on {flow.source}")
+    if not selection.replicates(flow, topic):
+        raise ConfigError(f"--topic {topic}: flow {flow.name} does not replicate it")
+    wanted = sorted(set(partitions)) if partitions is not None else list(range(counts[topic]))
+    beyond = [p for p in wanted if not 0 <= p < counts[topic]]
+    if beyond:
+        raise ConfigError(f"--partitions: {flow.source} topic {topic} has {counts[topic]} partitions, not {beyond[0]}")
+    tps = [(topic, p) for p in wanted]
+    starts = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    ends = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    targets = {tp: _resolve(to, starts[tp], ends[tp], tp) for tp in tps}
+
+    syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
+    lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
+    lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
+    try:
+        # In transactions of the stream driver's id: initialising it fences a frozen stream's driver (W4).
+        producer = clients.producer(target, **{
+            "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+            "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
+            "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
+        syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
+        clean = syncs.release is not None
+        lease.wait_out_previous_writer(clean)  # a stream that did not stop cleanly: its last writes land or expire
+        _confirm(lease, flow.name, target)
+        try:
+            producer.init_transactions(admin_sync.TIMEOUT_S)
+        except KafkaException as exc:
+            raise OperationalError(f"flow {flow.name}: cannot initialise the stream driver's transactional id on "
+                                   f"{flow.target}: {exc.args[0].str()}; run the reset again") from None
+        if not clean:
+            # W4: the stream's transactions abort, none commits after this reset's positions. The slots a frozen
+            # driver recorded while this reset waited count too.
+            before = syncs.writers.slots if syncs.writers is not None else 0
+            syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
+            slots = max(before, syncs.writers.slots if syncs.writers is not None else 0)
+
+            def still_held() -> bool:  # W1 while fencing: never fence the slots of a stream that took over
+                _confirm(lease, flow.name, target)
+                return lease.keep()
+
+            _confirm(lease, flow.name, target)
+            stream_writer.fence(flow.name, flow.target, clients.settings(target, "producer"),
+                                [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)],
+                                still_held)
+            syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
+        positions = syncs.positions
+        remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)
+        if remote_gone and len(tps) < counts[topic]:
+            raise ConfigError(f"--partitions: {remote_gone}: reset every partition of {topic} (leave --partitions "
+                              "out)")
+        moves = [PartitionReset(t, p, positions[(t, p)].upstream_next if (t, p) in positions else None,
+                                targets[(t, p)]) for t, p in tps]
+        records: list[Position | Reset | Release | AnchorRecord] = [
+            Position(m.topic, m.partition, m.after, positions[(m.topic, m.partition)].downstream_next
+                     if (m.topic, m.partition) in positions and not remote_gone else -1) for m in moves]
+        if remote_gone:  # the anchors name copies in a topic that is no more
+            records += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
+        records.append(Reset(int(time.time() * 1000)))
+        records.append(Release(int(time.time() * 1000)))  # all of it acknowledged, or the reset fails
+        _confirm(lease, flow.name, target)
+        failed: list[str] = []
+        try:
+            producer.begin_transaction()
+            for record in records:
+                producer.produce(syncs_topic, record.value(), record.key(), partition=0,
+                                 on_delivery=lambda err, _msg: failed.append(err.str()) if err is not None else None)
+            if producer.flush(admin_sync.TIMEOUT_S) > 0 or failed:
+                raise OperationalError(f"flow {flow.name}: the reset was not acknowledged by {flow.target} within "
+                                       f"{DELIVERY_TIMEOUT_MS / 1000:.0f} s" + (f" ({failed[0]})" if failed else "")
+                                       + "; run it again")
+            producer.commit_transaction(admin_sync.TIMEOUT_S)
+        except KafkaException as exc:
+            raise OperationalError(f"flow {flow.name}: the reset was not committed on {flow.target}: "
+                                   f"{exc.args[0].str()}; run it again") from None
+    finally:
+        lease.release()
+    who = getpass.getuser()
+    if remote_gone:
+        log.warning("flow %s: %s: its copies start again in a new remote topic", flow.name, remote_gone)
+    for m in moves:
+        log.warning("flow %s: reset by %s%s: %s", flow.name, who, f" ({reason})" if reason else "", m.line())
+    return moves
+
+
+def _remote_gone(cfg: MirrorConfig, flow_name: str, topic: str, partitions: int,
+                 syncs: offset_sync_log.SyncsState) -> str:
+    """Why the topic's remote topic no longer holds the flow's copies (deleted, or re-created / truncated: it
+    ends below where the next copy would land), or "" when it does."""
+    flow = cfg.flow(flow_name)
+    target_admin = clients.admin(cfg.cluster(flow.target))
+    remote = flow.policy.remote_topic(flow.source, topic)
+    written = {p: syncs.positions[(topic, p)].downstream_next for p in range(partitions)
+               if (topic, p) in syncs.positions and syncs.positions[(topic, p)].downstream_next >= 0}
+    if not written:
+        return ""
+    counts, _ = admin_sync.partition_counts(target_admin, flow.target)
+    if remote not in counts:
+        return f"remote topic {remote} was deleted on {flow.target}"
+    present = [(remote, p) for p in written if p < counts[remote]]
+    ends = admin_sync.offsets(target_admin, flow.target, present, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    behind = [p for p in written if (remote, p) in ends and ends[(remote, p)] < written[p]]
+    if behind:
+        return f"remote topic {remote} was re-created or truncated on {flow.target}"
+    return ""
+
+
+def _confirm(lease: FlowLease, flow: str, target: Cluster) -> None:
+    """W1: the reset writes or initialises a transactional id only while it holds the lease."""
+    if lease.member_id is not None:
+        LeaseGuard.confirm(flow, lease.member_id, clients.settings(target, "admin"))
+
+
+def _resolve(to: str | int, start: int, end: int, tp: tuple[str, int]) -> int:
+    if to == EARLIEST:
+        return start
+    if to == LATEST:
+        return end
+    assert isinstance(to, int)
+    if not start <= to <= end:
+        raise ConfigError(f"--to {to}: {tp[0]}-{tp[1]} holds offsets {start}..{end} (its log start to its end)")
+    return to
+
+
+def requested_since(syncs: offset_sync_log.SyncsState, marker: str | None) -> bool:
+    """True when the offset syncs hold a reset the stream's Spark checkpoint (its `marker`) does not know."""
+    return syncs.reset is not None and marker != str(syncs.reset.at_ms)

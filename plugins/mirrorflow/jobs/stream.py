@@ -1,0 +1,1119 @@
+"""The mirror stream's driver: one Structured Streaming query per flow, supervised until stopped.
+
+Per micro-batch (Spark's Kafka source, `subscribePattern` covering the flow's topics, headers on):
+  1. read the batch's end offsets from the query's offset log: every source partition in the batch;
+  2. create or grow the remote topics of partitions not seen before (before any record is written);
+  3. mirror the batch in one task per core (stream_writer), each writing several source partitions in turn, one
+     summary row back per partition;
+  4. fold the summaries into the flow's positions, offset-sync anchors (anchors.py) and metrics; write the
+     anchors that changed. Every minute, drop the anchors no offset still on the source needs and the
+     state of topics deleted on the source.
+Data loss (records the source deleted before the flow read them: retention during an outage, deleteRecords
+on a Kafka Streams repartition topic) does not fail the query: a partition whose batch starts past its
+position, with the source's log start past it too, lost [position, log start). The loss is recorded (a loss
+record in the offset syncs, metrics, status, one log line) and the partition goes on; for the topics of
+`mirrorflow.data-loss.fail.topics` it stops the flow instead, before the batch counts as done.
+Spark commits the batch only after step 3 returned, and step 3 returns only after the target
+acknowledged every record: the checkpoint never runs ahead of the target.
+
+A partition the target does not take within the delivery timeout (stream_writer: no leader, a quota, a full
+disk) is *stuck*: the driver names it with its cause, pauses it (its records are not written, its position
+stays) and every other partition goes on; after a growing pause (30 s, doubling up to 5 min) a new Spark
+checkpoint at the positions tries it again. Nothing is skipped: a paused partition resumes at its position.
+With transactional records, its task's transaction aborts with it: the task's other partitions come back
+*aborted* and are written again at once, from a new Spark checkpoint at the positions with the stuck one left out.
+
+A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker
+restart); a fatal error (a record too large, a fenced writer, a lease another instance holds) or repeated
+failures before any batch completes stop the flow with one line. Every write to the target is fenced by the
+lease (flow_lease, W1-W4): in both modes the offset syncs commit in transactions the next holder fences.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import OffsetSpec
+from py4j.protocol import Py4JError
+
+from mirrorflow.errors import FATAL, OperationalError
+from mirrorflow.jobs import lifecycle, reset
+from mirrorflow.kafka import admin_sync, clients, offset_sync_log
+from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
+from mirrorflow.kafka.heartbeats import HeartbeatEmitter
+from mirrorflow.model import selection
+from mirrorflow.model.config import Flow, MirrorConfig
+from mirrorflow.rules import digests, offset_syncs
+from mirrorflow.rules.anchors import Anchor, PartitionAnchors
+from mirrorflow.rules.filters import java_regex_to_python
+from mirrorflow.rules.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release, Writers
+from mirrorflow.spark import spark_session, stream_writer
+from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
+from mirrorflow.status import metrics
+
+log = logging.getLogger(__name__)
+
+_GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
+_SyncRecord = Any  # AnchorRecord | Position | Loss | Incarnation | _Tombstone: each has key() and value()
+_RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirrorflow reset` it starts after
+_RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
+_LEASE_REGAINED = "lease regained"
+_RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
+_SYNCS_PER_TRANSACTION = 50_000  # below librdkafka's queue of 100,000 messages
+_STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
+STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
+
+
+def stall_after_s(batch_ms_mean: float) -> float:
+    """How long a batch may write before the flow is reported stalled: STALL_FACTOR times the recent mean batch, and
+    never less than STALL_MIN_S (a query's first batch, while Spark warms up, is never reported)."""
+    return max(STALL_MIN_S, STALL_FACTOR * batch_ms_mean / 1000)
+
+
+@dataclass
+class _Stuck:
+    """A partition the target did not take in time, or (`aborted`) one whose records were aborted with such a
+    partition's transaction: paused until `retry_at` (monotonic), then tried again."""
+
+    why: str
+    since: float  # wall-clock seconds
+    retry_at: float
+    pause: float
+    paused: bool = True
+    aborted: bool = False  # not stuck itself: its records were aborted with a stuck partition's transaction
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    master: str = "local[*]"
+    checkpoint: Path | None = None
+    metrics_port: int | None = None  # None: the flow's mirrorflow.metrics.port
+    metrics_host: str | None = None  # None: the flow's mirrorflow.metrics.host
+    max_records_per_batch: int = 100_000
+    trigger_ms: int = 100
+    log_interval_s: float = 10.0  # the status file's period
+    quiet_log_interval_s: float = 300.0  # a progress line at least this often; sooner when its state changes
+    driver_memory: str = "1g"
+
+
+def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOptions()) -> None:
+    """Mirror one flow until SIGTERM/SIGINT (returns) or a fatal error (raises)."""
+    flow = cfg.flow(flow_name)
+    driver = _Driver(cfg, flow, options)
+    driver.install_signal_handlers()
+    try:
+        driver.prepare()
+        driver.supervise()
+    finally:
+        driver.close()
+
+
+class _Driver:
+    def __init__(self, cfg: MirrorConfig, flow: Flow, options: StreamOptions) -> None:
+        self.cfg, self.flow, self.options = cfg, flow, options
+        self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
+        self.exactly_once = self.target.exactly_once
+        # Records in transactions of the task slots' ids (W4): exactly-once, and at-least-once unless turned off.
+        self.transactional = self.exactly_once or flow.flag("mirrorflow.records.fenced")
+        self.syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
+        self.checkpoint = options.checkpoint or metrics.flow_home(flow) / "checkpoint"
+        self.pattern = selection.subscription_pattern(flow)
+        self.metrics = metrics.FlowMetrics(flow.name, flow.source, flow.target)
+        # Resolved once: every micro-batch ships them to the executors.
+        self.producer_settings = clients.settings(self.target, "producer")
+        stream_writer.check_producer_tuning(self.producer_settings, self.target.alias)
+        self.consumer_settings = clients.settings(self.target, "consumer")
+        self.source_admin_settings = clients.settings(self.source, "admin")
+        self.target_admin_settings = clients.settings(self.target, "admin")
+        self.source_admin = clients.admin(self.source)
+        self.target_admin = clients.admin(self.target)
+        self.mirrored: dict[tuple[str, int], int] = {}
+        self.downstream_next: dict[tuple[str, int], int] = {}
+        self.losses: dict[tuple[str, int], Loss] = {}  # partitions that lost records: one Loss each
+        self.incarnations: dict[str, str] = {}  # source topic -> the topic ID its state is about (one per topic)
+        self.recreated: set[str] = set()  # re-created topics not yet restarted from their earliest offset
+        # Bounded: `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
+        self.anchors: dict[tuple[str, int], PartitionAnchors] = {}
+        self.anchor_limit = flow.number("mirrorflow.offset-syncs.anchors.max")
+        self.anchor_spacing = flow.number("mirrorflow.offset-syncs.anchors.spacing")
+        self.first_batch_of_query = True
+        self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
+        self.stall_named = False  # the running batch's stall is reported (status, log)
+        self.digests_topic = digests.topic_name(flow.source)
+        self.ledger = digests.Ledger()
+        self.digest_producer: Any = None  # idempotent, created with the first unit
+        self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
+        self.prune_due = 0.0
+        self.incarnations_due = 0.0
+        self.held_due = 0.0
+        self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
+        self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
+        self.stuck: dict[tuple[str, int], _Stuck] = {}  # bounded by the flow's partitions
+        self.writer_slots: int | None = None  # task slots whose transactional ids were used (syncs)
+        self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
+        self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
+        self.missing_topics: set[str] = set()
+        self.ready: dict[str, int] = {}
+        self.stop_requested = threading.Event()
+        self.lease: FlowLease | None = None
+        self.server: Any = None
+        self.spark: Any = None
+        self.position_producer: Any = None
+        self.heartbeats: HeartbeatEmitter | None = None
+        self.stop_watch: lifecycle.StopWatch | None = None
+
+    def prepare(self) -> None:
+        created = admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
+                                                   self.flow.number("offset-syncs.topic.replication.factor"),
+                                                   admin_sync.COMPACTED)
+        admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.digests_topic,
+                                         self.flow.number("offset-syncs.topic.replication.factor"),
+                                         {"cleanup.policy": "delete", "retention.ms": str(digests.RETENTION_MS)})
+        consumer_settings = self.consumer_settings
+        # Watching before the lease is held: whoever sees the lease held can stop the stream.
+        self.stop_watch = lifecycle.StopWatch(self.cfg, self.flow, self._stop_requested)
+        self.stop_watch.start()
+        self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
+        self.lease.acquire()
+        self._take_over(fresh=created)
+        self.metrics.observe_source_ends({})
+        if self.flow.flag("emit.heartbeats.enabled"):
+            self.heartbeats = HeartbeatEmitter(self.flow, self.target)
+            self.heartbeats.start()
+        port = self.flow.metrics_port if self.options.metrics_port is None else self.options.metrics_port
+        if port is not None:
+            host = self.options.metrics_host or self.flow.value("mirrorflow.metrics.host")
+            try:
+                self.server = metrics.serve(port, [self.metrics], host)
+            except OSError as exc:  # the mirror matters more than its metrics: say so loudly and go on
+                log.error("flow %s: cannot serve metrics on %s:%s (%s); mirroring without them",
+                          self.flow.name, host, port, exc)
+        self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
+                                         self.options.driver_memory)
+        self.metrics.spark_ui = self.spark.sparkContext.uiWebUrl
+        threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
+        mode = ("exactly-once" if self.exactly_once else
+                "at-least-once" if self.transactional else "at-least-once, idempotent records (not fenced)")
+        log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
+                 len(self.mirrored), self.checkpoint)
+
+    def _warm_workers(self) -> None:
+        try:
+            spark_session.warm_python_workers(self.spark, self._task_slots())
+        except Exception as exc:  # only a head start: the first batch starts the workers itself
+            log.info("flow %s: Python workers not started ahead of the first batch: %s", self.flow.name, exc)
+
+    def _take_over(self, fresh: bool) -> None:
+        """With the lease just held (at start, or regained): wait out the previous holder's writes unless it stopped
+        cleanly or there was none (`fresh`: the offset-syncs topic was just created; W3), then fence and load."""
+        assert self.lease is not None
+        syncs = offset_sync_log.read(self.consumer_settings, self.syncs_topic)
+        clean = fresh or syncs.release is not None
+        self.lease.wait_out_previous_writer(clean)
+        self.position_producer = None
+        self._syncs_producer()  # W4: the previous holder's driver writes nothing more
+        if syncs.release is not None:
+            self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
+        self.writer_slots = syncs.writers.slots if syncs.writers is not None else None
+        self._fence(upgraded=self.exactly_once and syncs.writers is None and not fresh)
+        self._load_syncs(syncs if clean else None)
+
+    def _fence(self, upgraded: bool = False) -> None:
+        """Fence every transactional id of the flow's task slots (at start, after the lease was
+        regained, and before a restarted query, whose tasks may have died mid-transaction), serving the lease
+        meanwhile; `upgraded`: the ids of a version before slots too, one per source partition (then recorded as
+        done). Only under a confirmed lease (W1): a zombie that initialised the ids would fence the owner."""
+        self._confirm_lease()
+        slots = max(self.writer_slots or 0, self._task_slots())
+        ids = [stream_writer.transactional_id(self.flow.source, self.flow.target, i) for i in range(slots)]
+        if upgraded:
+            ids += [stream_writer.partition_transactional_id(self.flow.source, self.flow.target, tp)
+                    for tp in self._source_partitions()]
+        stream_writer.fence(self.flow.name, self.flow.target, self.producer_settings, ids,
+                            self.lease.keep if self.lease is not None else lambda: True)
+        self.fenced = time.time_ns()
+        if slots != self.writer_slots:
+            self._write_syncs([Writers(slots)])
+            self.writer_slots = slots
+
+    def _task_slots(self) -> int:
+        """How many tasks write a micro-batch: one per core of the Spark session (the options' before it starts)."""
+        if self.spark is not None:
+            return max(1, int(self.spark.sparkContext.defaultParallelism))
+        return spark_session.local_cores(self.options.master) or os.cpu_count() or 1
+
+    def _load_syncs(self, syncs: offset_sync_log.SyncsState | None = None) -> None:
+        """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
+        anchors (and tombstones)."""
+        syncs = syncs or offset_sync_log.read(self.consumer_settings, self.syncs_topic)
+        self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
+        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
+        self.losses = dict(syncs.losses)
+        self.incarnations = dict(syncs.incarnations)
+        marker = self.checkpoint / _RESET_MARKER
+        if reset.requested_since(syncs, marker.read_text().strip() if marker.exists() else None):
+            assert syncs.reset is not None
+            if (self.checkpoint / "offsets").is_dir():
+                self._new_checkpoint()
+                log.warning("flow %s: reset at %s: a new Spark checkpoint, at the offset syncs' positions",
+                            self.flow.name, time.strftime("%Y-%m-%d %H:%M:%S UTC",
+                                                          time.gmtime(syncs.reset.at_ms / 1000)))
+            self.checkpoint.mkdir(parents=True, exist_ok=True)
+            marker.write_text(str(syncs.reset.at_ms))
+        behind = sorted(tp for tp, end in _committed_ends(self.checkpoint).items()
+                        if 0 <= self.mirrored.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
+        if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
+            self._new_checkpoint()
+            log.warning("flow %s: the Spark checkpoint is past the offset syncs' positions of %d partition(s) (e.g. "
+                        "%s-%d): a new Spark checkpoint, at the positions", self.flow.name, len(behind), *behind[0])
+        for tp, loss in self.losses.items():
+            self.metrics.observe_loss(tp, loss.lost)
+        records: list[_SyncRecord] = []
+        migrated = 0
+        for tp in syncs.partitions():
+            slots = syncs.anchors.get(tp, {})
+            store = PartitionAnchors(self.anchor_limit, self.anchor_spacing, slots.items())
+            if not slots and syncs.runs.get(tp):
+                for anchor in offset_syncs.anchors_of_runs(syncs.runs[tp].values()):
+                    store.append(anchor)
+                migrated += len(syncs.runs[tp])
+            records.extend(_Tombstone(run) for run in syncs.runs.get(tp, {}).values())
+            position = syncs.positions.get(tp)
+            if position is not None:
+                _adopt_batch_first(store, position)  # the driver stopped before it recorded that batch
+            self.anchors[tp] = store
+        self._write_syncs(records + self._anchor_writes())
+        known = {t for t, _ in self.mirrored} | set(self.incarnations)
+        if self._incarnations(known) and self.checkpoint.exists():
+            self._new_checkpoint()  # Spark's checkpoint holds the old incarnation's offsets
+        if migrated:
+            log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
+
+    def _anchor_writes(self) -> list[_SyncRecord]:
+        return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
+                for slot, anchor in store.drain().items()]
+
+    def _confirm_lease(self) -> None:
+        """W1 for the driver's own writes; another holder stops the flow (fatal), an unanswered check fails
+        the batch (the query restarts, and the lease consumer finds out whether the lease is still ours)."""
+        member = self.lease.member_id if self.lease is not None else None
+        if member is None or self.lease is None:
+            return
+        try:
+            LeaseGuard.confirm(self.flow.name, member, self.target_admin_settings, self.lease.own_ids)
+        except LeaseSuperseded as exc:
+            raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
+
+    def _write_syncs(self, records: list[_SyncRecord]) -> None:
+        """The driver's records (anchors, losses, releases...) in transactions of the driver's own id (W4), at most
+        _SYNCS_PER_TRANSACTION records each (a tombstone sweep can be long)."""
+        if not records:
+            return
+        self._confirm_lease()
+        producer = self._syncs_producer()
+        failed: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(err.str())
+
+        try:
+            for start in range(0, len(records), _SYNCS_PER_TRANSACTION):
+                producer.begin_transaction()
+                for record in records[start:start + _SYNCS_PER_TRANSACTION]:
+                    producer.produce(self.syncs_topic, record.value(), record.key(), partition=0,
+                                     on_delivery=delivered)
+                    producer.poll(0)
+                if producer.flush(60) > 0 or failed:
+                    raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by "
+                                           f"{self.target.alias}" + (f": {failed[0]}" if failed else ""))
+                producer.commit_transaction(60)
+        except BaseException as exc:
+            self.position_producer = None  # the next write initialises afresh, which aborts what this one left open
+            if not isinstance(exc, KafkaException):
+                raise
+            err = exc.args[0]
+            if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+                raise OperationalError(f"{FATAL}flow {self.flow.name}: fenced: another instance initialised the "
+                                       f"flow's driver id on {self.target.alias}: {err.str()}") from None
+            raise OperationalError(f"flow {self.flow.name}: offset syncs not committed on {self.target.alias}: "
+                                   f"{err.str()}") from None
+
+    def _syncs_producer(self) -> Any:
+        """The driver's transactional producer, initialised under a confirmed lease (W1): at a takeover that fences
+        the previous holder's driver (W4)."""
+        if self.position_producer is None:
+            self._confirm_lease()
+            producer = clients.producer(self.target, **{
+                "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
+                "transactional.id": stream_writer.driver_transactional_id(self.flow.source, self.flow.target),
+                "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
+            try:
+                producer.init_transactions(60)
+            except KafkaException as exc:
+                raise OperationalError(f"flow {self.flow.name}: cannot initialise the driver's transactional id on "
+                                       f"{self.target.alias}: {exc.args[0].str()}") from None
+            self.position_producer = producer
+        return self.position_producer
+
+    def _prune(self) -> list[_SyncRecord]:
+        """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
+        does the state of deleted topics (after two looks in a row, so that one incomplete metadata answer
+        deletes nothing)."""
+        if time.monotonic() < self.prune_due:
+            return []
+        self.prune_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
+        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        missing = {t for t, _ in set(self.anchors) | set(self.mirrored) if t not in counts}
+        gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
+        records = self._drop_topics(gone)
+        live = [tp for tp in self.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
+        starts = admin_sync.offsets(self.source_admin, self.source.alias, live,
+                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        pruned = sum(self.anchors[tp].prune_below(start) for tp, start in starts.items())
+        if pruned:
+            log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
+        return records
+
+    def _drop_topics(self, gone: set[str], why: str = "deleted") -> list[_SyncRecord]:
+        """Forget deleted (or re-created) source topics: their anchors, positions, losses and incarnations
+        (tombstones), metrics and remote-topic state."""
+        records: list[_SyncRecord] = []
+        for tp in sorted(tp for tp in set(self.anchors) | set(self.mirrored) | set(self.losses) if tp[0] in gone):
+            store = self.anchors.pop(tp, None)
+            records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
+            records.append(_Tombstone(Position(tp[0], tp[1], -1, -1)))
+            if self.losses.pop(tp, None) is not None:
+                records.append(_Tombstone(Loss(tp[0], tp[1])))
+            self.mirrored.pop(tp, None)
+            self.downstream_next.pop(tp, None)
+        for tp in [tp for tp in self.stuck if tp[0] in gone]:
+            del self.stuck[tp]
+        for topic in gone:
+            self.ready.pop(topic, None)
+            if self.incarnations.pop(topic, None) is not None:
+                records.append(Incarnation(topic, None))
+        if gone:
+            self.metrics.forget(gone)
+            self.ledger.forget(gone)
+            log.warning("flow %s: source topic(s) %s %s: their offset syncs removed%s", self.flow.name,
+                        ", ".join(sorted(gone)), why, "; mirrored again from the new topic's earliest offset"
+                        if why == "re-created" else "")
+        return records
+
+    def _deleted_topics_reset(self) -> bool:
+        """After a failed query: if topics the query read were deleted on the source (Spark fails on every restart
+        from a checkpoint that names them), forget them and start a new Spark checkpoint from the offset syncs'
+        positions, which say exactly where each partition resumes. True if it did."""
+        known = {t for t, _ in self.mirrored} | set(self._checkpoint_topics())
+        looks = []
+        for attempt in range(2):
+            counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+            looks.append({t for t in known if t not in counts})
+            if attempt == 0 and looks[0]:
+                self.stop_requested.wait(2.0)
+        gone = looks[0] & looks[-1]
+        if not gone:
+            return False
+        self._write_syncs(self._drop_topics(gone))
+        self._new_checkpoint()
+        log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
+                    "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
+        return True
+
+    def _new_checkpoint(self) -> None:
+        """Start the next query from a new Spark checkpoint: at the offset syncs' positions (exact per partition),
+        and at the earliest offset for re-created topics."""
+        replaced = self.checkpoint.with_name(f"{self.checkpoint.name}.before-{int(time.time() * 1000)}")
+        if self.checkpoint.exists():
+            self.checkpoint.rename(replaced)
+            if (replaced / _RESET_MARKER).exists():
+                self.checkpoint.mkdir(parents=True)
+                (replaced / _RESET_MARKER).rename(self.checkpoint / _RESET_MARKER)
+            shutil.rmtree(replaced, ignore_errors=True)
+
+    def _incarnations(self, topics: set[str]) -> set[str]:
+        """Record the topic ID of topics seen for the first time; forget the state of topics re-created since
+        (another ID under the same name) and return them: they start again from their earliest offset."""
+        if not topics:
+            return set()
+        ids = admin_sync.topic_ids(self.source_admin, self.source.alias, sorted(topics))
+        recreated = {t for t, i in ids.items() if t in self.incarnations and self.incarnations[t] != i}
+        records = self._drop_topics(recreated, why="re-created") if recreated else []
+        for t, topic_id in ids.items():
+            if self.incarnations.get(t) != topic_id:
+                self.incarnations[t] = topic_id
+                records.append(Incarnation(t, topic_id))
+        self._write_syncs(records)
+        self.recreated |= recreated
+        return recreated
+
+    def _checkpoint_topics(self) -> list[str]:
+        logs = self.checkpoint / "offsets"
+        ids = [int(p.name) for p in logs.iterdir() if p.name.isdigit()] if logs.is_dir() else []
+        return sorted({t for t, _ in self._batch_ends(max(ids))}) if ids else []
+
+    def _stop_requested(self, wanted: lifecycle.Requested) -> None:
+        log.info("flow %s: %s; finishing the running batch, then stopping", self.flow.name, wanted.line())
+        self.stop_requested.set()
+
+    def close(self) -> None:
+        if self.stop_watch is not None:
+            self.stop_watch.stop()
+        self._send_units(self.ledger.drain())  # folded in only from batches done: true whatever stopped the stream
+        if self.digest_producer is not None and self.digest_producer.flush(10):
+            log.warning("flow %s: some digest units did not reach %s (the audit reads both sides there)",
+                        self.flow.name, self.digests_topic)
+        if self.heartbeats is not None:
+            self.heartbeats.stop()
+        if self.lease is not None:
+            if self.clean_stop and self.lease.keep():
+                try:
+                    self._write_syncs([Release(int(time.time() * 1000))])
+                except OperationalError as exc:  # the next start waits out this instance's writes instead
+                    log.warning("flow %s: could not record a clean stop: %s", self.flow.name, exc)
+            self.lease.release()
+        if self.server is not None:
+            self.server.shutdown()
+        if self.metrics.state == "running":
+            self.metrics.set_state("stopped")
+        metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
+
+    # -- supervision ---------------------------------------------------------------------------
+
+    def supervise(self) -> None:
+        failures, pause = 0, 2.0
+        while not self.stop_requested.is_set():
+            batches_before = self.metrics.batches
+            query = self._start_query()
+            self.metrics.set_state("running")
+            error = self._watch(query)
+            if error is None:
+                return
+            if error is _LEASE_REGAINED:
+                continue
+            if _RECREATED in error or error is _RETRY_STUCK:
+                pause = self._recover(pause)  # the stop may have cut a batch short
+                self._new_checkpoint()
+                continue
+            fatal = _fatal_message(error)
+            if fatal:
+                self.metrics.set_state("failed", fatal)
+                raise OperationalError(fatal)
+            if self._deleted_topics_reset():
+                pause = self._recover(pause)
+                continue
+            failures = failures + 1 if self.metrics.batches == batches_before else 1
+            if failures >= _GIVE_UP_AFTER:
+                self.metrics.set_state("failed", _first_line(error))
+                raise OperationalError(f"flow {self.flow.name}: stopped after {failures} failed starts: "
+                                       f"{_first_line(error)}")
+            self.metrics.set_state("restarting", _first_line(error))
+            log.warning("flow %s: query failed (%s); restarting from its checkpoint in %.0f s",
+                        self.flow.name, _first_line(error), pause)
+            self.stop_requested.wait(pause)
+            self.held_due = self.incarnations_due = 0.0  # the failure may be a topic gone on either side
+            pause = self._recover(pause)
+            pause = min(pause * 2, 60.0) if self.metrics.batches == batches_before else 2.0
+
+    def _recover(self, pause: float) -> float:
+        """Before a query starts again after one that failed or was cut short: fence (no task of it still has a
+        transaction open or can commit one), then take the positions its tasks committed that the driver
+        never saw, so that the replay skips them. Tried again while the target is unreachable; the next pause."""
+        while not self.stop_requested.is_set():
+            try:
+                if self.lease is not None and not self.lease.keep():  # lost meanwhile: regained, then a take-over
+                    self.metrics.set_state("paused", "lease lost")
+                    self.lease.regain()
+                    self._take_over(fresh=False)
+                else:
+                    self._fence()
+                    self._reload_positions()
+                break
+            except (OperationalError, KafkaException) as exc:  # the target may still be down, as for a failed start
+                fatal = _fatal_message(str(exc))
+                if fatal:  # another instance holds the lease
+                    self.metrics.set_state("failed", fatal)
+                    raise OperationalError(fatal) from None
+                log.warning("%s; trying again in %.0f s", exc, pause)
+                self.stop_requested.wait(pause)
+                pause = min(pause * 2, 60.0)
+        return pause
+
+    def _reload_positions(self) -> None:
+        """Positions in the offset syncs ahead of the driver's: written by tasks of a batch whose summaries never
+        came back. Adopted with where their next record lands, and their batch's first record as an anchor."""
+        syncs = offset_sync_log.read(self.consumer_settings, self.syncs_topic)
+        for tp, position in syncs.positions.items():
+            if position.upstream_next <= self.mirrored.get(tp, -1):
+                continue
+            self.mirrored[tp] = position.upstream_next
+            if position.downstream_next >= 0:
+                self.downstream_next[tp] = position.downstream_next
+            _adopt_batch_first(self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing)),
+                               position)
+        self._write_syncs(self._anchor_writes())
+
+    def _watch(self, query: Any) -> str | None:
+        """Wait until the query fails (its error) or a stop is requested (None)."""
+        last_status = last_log = time.monotonic()
+        logged: tuple[Any, ...] | None = None
+        while not self.stop_requested.is_set():
+            if self.lease is not None and not self.lease.keep():
+                self._stop(query)
+                log.warning("flow %s: lease lost (target unreachable for a session?); paused until it is "
+                            "held again", self.flow.name)
+                self.metrics.set_state("paused", "lease lost")
+                self.lease.regain()
+                self._take_over(fresh=False)  # another instance or a reset may have held it meanwhile
+                for stuck in list(self.stuck.values()):  # the target is back: try paused partitions at once
+                    stuck.retry_at = 0.0
+                return _LEASE_REGAINED
+            due = self._stuck_due()
+            if due:
+                self._stop(query)  # no batch of this query may write them: its checkpoint is past their positions
+                for tp in due:
+                    if tp in self.stuck:
+                        self.stuck[tp].paused = False
+                return _RETRY_STUCK
+            if not query.isActive:
+                exc = query.exception()
+                return str(exc) if exc is not None else "the query stopped"
+            self._check_stall()
+            self._observe_progress(query)
+            if time.monotonic() - last_status >= self.options.log_interval_s:
+                last_status = time.monotonic()
+                snapshot = self.metrics.snapshot()
+                metrics.write_status(metrics.status_file(self.flow), snapshot)
+                shape = metrics.progress_shape(snapshot)
+                if shape != logged or time.monotonic() - last_log >= self.options.quiet_log_interval_s:
+                    logged, last_log = shape, time.monotonic()
+                    log.info(metrics.progress_line(snapshot))
+                    self._log_batch_timing(query)
+            time.sleep(0.5)
+        self.clean_stop = self._stop(query)
+        self.metrics.set_state("stopped")
+        return None
+
+    def _stop(self, query: Any) -> bool:
+        """Let a running batch finish so that its records and syncs are complete, then stop; True if no batch was
+        running when the query stopped."""
+        deadline = time.monotonic() + 60
+        try:
+            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            idle = not (query.isActive and query.status.get("isTriggerActive"))
+            query.stop()
+            return idle
+        except (Py4JError, ConnectionError):
+            log.warning("flow %s: Spark's JVM is gone (stopped with the process group?)", self.flow.name)
+            return False
+
+    def install_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.stop_requested.set())
+
+    def _log_batch_timing(self, query: Any) -> None:
+        progress = query.lastProgress
+        if progress and progress.get("durationMs"):
+            parts = ", ".join(f"{k} {v}" for k, v in sorted(progress["durationMs"].items()) if v)
+            log.info("flow %s: last batch %s (%s rows) took ms: %s", self.flow.name, progress.get("batchId"),
+                     progress.get("numInputRows"), parts)
+
+    def _observe_progress(self, query: Any) -> None:
+        progress = query.lastProgress
+        if not progress or not progress.get("sources"):
+            return
+        durations = progress.get("durationMs") or {}
+        if progress.get("batchId") != self.last_progress_batch and "triggerExecution" in durations:
+            self.last_progress_batch = progress.get("batchId")
+            self.metrics.observe_trigger_overhead(durations["triggerExecution"] - durations.get("addBatch", 0))
+        latest = progress["sources"][0].get("latestOffset")
+        try:
+            offsets = json.loads(latest) if isinstance(latest, str) else latest
+        except ValueError:
+            return
+        if isinstance(offsets, Mapping):
+            # The pattern also matches topics the flow does not replicate (internal ones): not its partitions.
+            ends = _flatten(offsets)
+            mirrored = {t for t in {t for t, _ in ends} if selection.replicates(self.flow, t)}
+            self.metrics.observe_source_ends({tp: end for tp, end in ends.items() if tp[0] in mirrored})
+
+    # -- the query -----------------------------------------------------------------------------
+
+    def _start_query(self) -> Any:
+        self.first_batch_of_query = True
+        if self._task_slots() > (self.writer_slots or 0):
+            self._recover(2.0)  # more cores than when the ids were last fenced (a cluster's executors joined)
+        reader = self.spark.readStream.format("kafka")
+        for key, value in self._source_options().items():
+            reader = reader.option(key, value)
+        return (reader.load().writeStream
+                .queryName(f"mirrorflow_{self.flow.source}_{self.flow.target}")
+                .foreachBatch(self._batch)
+                .option("checkpointLocation", str(self.checkpoint))
+                .trigger(processingTime=f"{self.options.trigger_ms} milliseconds")
+                .start())
+
+    def _source_options(self) -> dict[str, str]:
+        java = self.source.client_config("consumer")
+        options = spark_session.kafka_options(self.source)
+        options.update({
+            "subscribePattern": self.pattern,
+            "includeHeaders": "true",
+            "maxOffsetsPerTrigger": str(self.options.max_records_per_batch),
+            "failOnDataLoss": "false",  # the driver detects, records and shows loss per partition (_losses)
+            "startingOffsets": self._starting_offsets(java.get("auto.offset.reset", "earliest")),
+        })
+        if self.cfg.reads_committed(self.flow):
+            options["kafka.isolation.level"] = "read_committed"
+        # A task reads a range already in the log, yet with the default fetch.max.wait.ms (500 ms) its first
+        # records came about half a second later than with 10 ms (measured on a 1-record batch): latency per batch.
+        options.setdefault("kafka.fetch.max.wait.ms", "10")
+        return options
+
+    def _source_partitions(self) -> list[tuple[str, int]]:
+        """Every partition of the source topics the flow replicates now."""
+        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        return [(t, p) for t, n in sorted(counts.items()) if selection.replicates(self.flow, t) for p in range(n)]
+
+    def _starting_offsets(self, reset: str) -> str:
+        """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
+        if (self.checkpoint / "offsets").is_dir() or not (self.mirrored or self.recreated):
+            return "latest" if reset.strip().lower() == "latest" else "earliest"
+        matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
+        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        default = -1 if reset.strip().lower() == "latest" else -2
+        offsets: dict[str, dict[str, int]] = {}
+        for topic, n in counts.items():
+            if matches(topic):
+                fallback = -2 if topic in self.recreated else default
+                offsets[topic] = {str(p): self.mirrored.get((topic, p), fallback) for p in range(n)}
+        return json.dumps(offsets)
+
+    def _batch(self, df: Any, batch_id: int) -> None:
+        began = self.batch_began = time.monotonic()
+        try:
+            self._mirror_batch(df, batch_id)
+        finally:
+            self.batch_began = None
+            if self.stall_named:
+                self.stall_named = False
+                log.info("flow %s: stall over: batch %d finished after %.0f s", self.flow.name, batch_id,
+                         time.monotonic() - began)
+                if self.metrics.state == "stalled":
+                    self.metrics.set_state("running")
+                metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
+
+    def _check_stall(self) -> None:
+        """Name a batch that has been writing for longer than `stall_after_s` (the target not taking records: a
+        leader moving, brokers down), in the status and the log, at once; `_batch` names its end."""
+        began = self.batch_began
+        if began is None or self.stall_named or self.first_batch_of_query:
+            return
+        limit = stall_after_s(self.metrics.batch_ms_mean())
+        if time.monotonic() - began < limit or self.metrics.state != "running":
+            return
+        self.stall_named = True
+        why = (f"a batch has been writing to {self.flow.target} for more than {limit:.0f} s (a partition leader "
+               "moving, brokers down?); it goes on by itself")
+        log.warning("flow %s: STALLED: %s", self.flow.name, why)
+        self.metrics.set_state("stalled", why)
+        metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
+
+    def _mirror_batch(self, df: Any, batch_id: int) -> None:
+        begun = time.monotonic()
+        self._confirm_lease()
+        ends = self._batch_ends(batch_id)
+        counts: dict[str, int] = {}
+        for topic, partition in ends:
+            counts[topic] = max(counts.get(topic, 0), partition + 1)
+        replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t)}
+        flow_topics = set(replicated)  # held ones included: their partitions are still the flow's
+        grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
+        self._hold_gone_remotes(replicated, grown)  # before anything could create a deleted remote topic again
+        replicated = {t: n for t, n in replicated.items() if t not in self.held}
+        grown = {t: n for t, n in grown.items() if t not in self.held}
+        if grown:
+            admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
+            self.ready.update(grown)
+        self._recreated_check(ends, replicated)
+        # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
+        # tasks' positions may already have moved past a gap the driver had not recorded yet).
+        begins = {**self.mirrored, **self._previous_ends(batch_id)}
+        self._refuse_loss(ends, replicated, begins)
+        # A stuck partition is written only by a batch that starts at its position (a query from a new checkpoint).
+        paused = frozenset(tp for tp, s in list(self.stuck.items())
+                           if s.paused or begins.get(tp, -1) != self.mirrored.get(tp, -1))
+        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused)
+        # One task per core, each writing several source partitions in turn (coalesce concatenates
+        # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
+        # A slot's id is used only once fenced and recorded (between queries).
+        tasks = min(self._task_slots(), self.writer_slots or 1)
+        writing = time.monotonic()
+        rows = [r.asDict(recursive=True) for r in
+                df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
+                .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
+        written = time.monotonic()
+        self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
+        for r in rows:
+            if r["topic"] in self.held:
+                self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
+        rows = [r for r in rows if r["topic"] not in self.held]
+        lost = self._losses(ends, rows, replicated, begins)
+        rows, first_positions = self._settle_stuck(rows, spec.paused)
+        for r in rows:
+            tp = (r["topic"], r["partition"])
+            self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
+            if r["first_downstream"] is not None:
+                store = self.anchors.get(tp)
+                if store is None:
+                    store = self.anchors[tp] = PartitionAnchors(self.anchor_limit, self.anchor_spacing)
+                fresh = not store.anchors and self.downstream_next.get(tp, -1) < 0  # nothing written there yet
+                store.record_batch(Anchor(r["first_upstream"], r["first_downstream"]),
+                                   Anchor(r["last_upstream"], r["last_downstream"]), replay=r["replay"], fresh=fresh)
+            if r["downstream_next"] >= 0:
+                self.downstream_next[tp] = r["downstream_next"]
+        # A stuck partition tried again whose batch held nothing visible moves on too (it is not paused again).
+        quiet = {tp: end for tp, end in ends.items()
+                 if tp[0] in replicated and end > self.mirrored.get(tp, -1) and tp not in spec.paused
+                 and not (tp in self.stuck and self.stuck[tp].paused)}
+        records = self._prune() + self._anchor_writes() + lost + first_positions
+        for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
+            records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
+            self.mirrored[tp] = end
+            if self.stuck.pop(tp, None) is not None:
+                self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
+        self._write_syncs(records)
+        self._record_digests(rows, begins, ends, quiet)
+        self.first_batch_of_query = False
+        self.previous_batch = (batch_id, ends)
+        for r in rows:
+            if r["refused"] and not self.metrics.refused((r["topic"], r["partition"])):
+                log.warning("flow %s: %s-%d: %d record(s) refused from offset %d on: a provenance header says they "
+                            "came from %s's topic %s, where they would be written (an active/active loop); every "
+                            "one is counted as refused (status, metrics, audit)", self.flow.name, r["topic"],
+                            r["partition"], r["refused"], r["first_refused"], self.flow.target,
+                            spec.remote[r["topic"]])
+        # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
+        read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
+        self.metrics.observe([r for r in rows if r["topic"] in flow_topics],
+                             read_all=read < self.options.max_records_per_batch)
+        done = time.monotonic()
+        self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
+
+    def _record_digests(self, rows: list[dict[str, Any]], begins: Mapping[tuple[str, int], int],
+                        ends: Mapping[tuple[str, int], int], quiet: Mapping[tuple[str, int], int]) -> None:
+        """Fold the batch's settled partitions into the digest ledger and send the units it emits (digests.py).
+        Best effort: a unit lost to a crash leaves a gap the audit reads both sides for."""
+        now = time.monotonic()
+        units: list[digests.Unit] = []
+        for r in rows:
+            tp = (r["topic"], r["partition"])
+            begin = begins.get(tp, r["first_offset"])
+            if begin is None or r["stuck"] or r["aborted"]:
+                continue
+            cells = [digests.CellDigest(*c) for c in zip(r["digest_cells"], r["digest_records"], r["digest_refused"],
+                                                         r["digest_xors"], r["digest_target_firsts"], strict=True)]
+            units += self.ledger.add(tp, begin, max(ends.get(tp, -1), r["upstream_next"]), cells, now)
+        written = {(r["topic"], r["partition"]) for r in rows}
+        for tp, end in quiet.items():  # no record of the batch (or its trailing markers, covered above)
+            if tp in begins and tp not in written:
+                units += self.ledger.add(tp, begins[tp], end, [], now)
+        self._send_units(units + self.ledger.due(now))
+
+    def _send_units(self, units: list[digests.Unit]) -> None:
+        if not units:
+            return
+        if self.digest_producer is None:
+            self.digest_producer = clients.producer(self.target, **{
+                "acks": "all", "enable.idempotence": True, "linger.ms": 100, "compression.type": "lz4"})
+        for u in units:
+            key, value = u.encode()
+            self.digest_producer.produce(self.digests_topic, value, key)
+        self.digest_producer.poll(0)
+
+    def _stuck_due(self) -> list[tuple[str, int]]:
+        """Paused partitions whose pause is over: tried again once the query stopped, from a new Spark checkpoint
+        at the positions (their records since were read and passed over)."""
+        now = time.monotonic()
+        due = [tp for tp, s in list(self.stuck.items()) if s.paused and s.retry_at <= now]
+        if due:
+            log.info("flow %s: trying %d paused partition(s) again (e.g. %s-%d)", self.flow.name, len(due), *due[0])
+        return due
+
+    def _settle_stuck(self, rows: list[dict[str, Any]], paused: frozenset[tuple[str, int]]
+                      ) -> tuple[list[dict[str, Any]], list[Position]]:
+        """Pause the partitions the target did not take in time (one log line each) and, transactional, those aborted
+        with them (tried again at once, one line for all), release those it took again; the rows whose positions may
+        move (neither stuck, aborted nor paused), and the positions of partitions stuck or aborted before they had
+        one (where their batch started: a later start, from any checkpoint, resumes there)."""
+        out, first_positions = [], []
+        now = time.monotonic()
+        aborted = 0
+        for r in rows:
+            tp = (r["topic"], r["partition"])
+            if tp in paused:
+                if not self.stuck[tp].aborted:
+                    self.metrics.observe_stuck(tp, self.stuck[tp].why, r["filtered"])
+                continue
+            if r["stuck"] is None and not r["aborted"]:
+                known = self.stuck.pop(tp, None)
+                if known is not None and not known.aborted:
+                    self.metrics.observe_stuck(tp, None, 0)
+                    log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
+                out.append(r)
+                continue
+            if self.mirrored.get(tp, -1) < 0 and r["first_offset"] is not None:
+                self.mirrored[tp] = r["first_offset"]
+                first_positions.append(Position(tp[0], tp[1], r["first_offset"], self.downstream_next.get(tp, -1)))
+            if r["aborted"]:  # written again at once (the query restarts at the positions), not a stuck partition
+                aborted += 1
+                known = self.stuck.get(tp)
+                if known is None:
+                    self.stuck[tp] = _Stuck("aborted with a stuck partition's transaction", time.time(), now, 0.0,
+                                            aborted=True)
+                else:  # a stuck partition tried again: it did not fail itself, so it is written again at once
+                    known.paused, known.retry_at = True, now
+                continue
+            known = self.stuck.get(tp)
+            if known is not None and known.aborted:
+                known = None  # it was only aborted with another: stuck itself from now
+            pause = _STUCK_PAUSE_S if known is None else min(known.pause * 2, _STUCK_PAUSE_MAX_S)
+            self.stuck[tp] = _Stuck(r["stuck"], known.since if known else time.time(), now + pause, pause)
+            self.metrics.observe_stuck(tp, r["stuck"], 0)
+            log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
+                        "at offset %d, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
+                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, r["stuck"], self.mirrored.get(tp, -1), pause)
+        if aborted:
+            log.info("flow %s: %d partition(s) aborted with the transaction of a stuck one (they shared its task); "
+                     "written again from their positions", self.flow.name, aborted)
+        return out, first_positions
+
+    def _hold_gone_remotes(self, replicated: Mapping[str, int], grown: Mapping[str, int]) -> None:
+        """Hold the topics whose remote topic was deleted, or re-created (its end fell below where the flow's next
+        record would land), on the target after the flow wrote to it: nothing of them is written and their
+        positions stay, so no remote topic is created again behind the operator's back and no offset sync points
+        into a topic that no longer holds the copies. `mirrorflow reset` releases a topic (at the next start).
+        Looked at for topics new to this run and every prune interval."""
+        due = time.monotonic() >= self.held_due
+        if due:
+            self.held_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
+        written = {tp: d for tp, d in self.downstream_next.items() if d >= 0}
+        looked = {t for t in replicated if t not in self.held and (due or t in grown)
+                  and any(tp[0] == t for tp in written)}
+        if not looked:
+            return
+        remote = {t: self.flow.policy.remote_topic(self.flow.source, t) for t in looked}
+        counts, _ = admin_sync.partition_counts(self.target_admin, self.target.alias)
+        if any(remote[t] not in counts for t in looked):  # a second look: one broker's stale metadata holds nothing
+            self.stop_requested.wait(2.0)
+            counts, _ = admin_sync.partition_counts(self.target_admin, self.target.alias)
+        gone = {t: f"remote topic {remote[t]} deleted on {self.flow.target}" for t in looked if remote[t] not in counts}
+        for (t, p) in sorted(written):
+            if t in looked and t not in gone and p >= counts[remote[t]]:
+                gone[t] = f"remote topic {remote[t]} re-created on {self.flow.target} with fewer partitions ({p} gone)"
+        present = [(remote[tp[0]], tp[1]) for tp in written if tp[0] in looked and tp[0] not in gone]
+        ends = admin_sync.offsets(self.target_admin, self.target.alias, present,
+                                  OffsetSpec.latest(), available_within=5.0)  # type: ignore[no-untyped-call]
+        for (t, p), d in sorted(written.items()):  # a partition without a leader now is judged at the next look
+            end = ends.get((remote.get(t, ""), p))
+            if t in looked and t not in gone and end is not None and end < d:
+                gone[t] = (f"remote topic {remote[t]} re-created or truncated on {self.flow.target} (partition {p} "
+                           f"ends at {end}, the flow's next copy would land at {d})")
+        for t, why in sorted(gone.items()):
+            self.held[t] = why
+            for tp in [tp for tp in self.stuck if tp[0] == t]:  # held until a reset: no longer retried
+                del self.stuck[tp]
+            self.metrics.hold(t, why, 0)
+            log.warning("flow %s: %s: %s is HELD, nothing of it written, its positions kept; to mirror it into a "
+                        "new %s: mirrorflow reset --flow %s --topic %s --to earliest (or the offset to start at), "
+                        "then start the flow", self.flow.name, why, t, remote[t], self.flow.name, t)
+
+    def _recreated_check(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int]) -> None:
+        """Before anything is written: topics re-created on the source (Kafka's topic ID changed) lose their old
+        state, and the query restarts from a new checkpoint, reading them from their earliest offset. Looked at for
+        new topics, for partitions whose offsets went backwards, and for every topic each prune interval."""
+        if time.monotonic() >= self.incarnations_due:
+            interval = self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
+            self.incarnations_due = time.monotonic() + interval
+            looked = set(replicated)
+        else:
+            looked = {t for t in replicated if t not in self.incarnations}
+            looked |= {tp[0] for tp, end in ends.items() if tp[0] in replicated and end < self.mirrored.get(tp, -1)}
+        recreated = self._incarnations(looked)
+        if recreated:
+            raise OperationalError(f"{_RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
+
+    def _refuse_loss(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int],
+                     begins: Mapping[tuple[str, int], int]) -> None:
+        """Before anything is written: stop the flow if a topic of `mirrorflow.data-loss.fail.topics` lost records
+        below where the batch resumes (only those topics' log starts are read, once per batch)."""
+        watched = [tp for tp, end in ends.items() if tp[0] in replicated and self.flow.data_loss_fails.selects(tp[0])
+                   and begins.get(tp, -1) >= 0 and end > begins[tp]]
+        if not watched:
+            return
+        starts = admin_sync.offsets(self.source_admin, self.source.alias, watched,
+                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        for tp in sorted(watched):
+            if starts[tp] > begins[tp]:
+                self._fail_on_loss(tp, begins[tp], min(starts[tp], ends[tp]))
+
+    def _fail_on_loss(self, tp: tuple[str, int], position: int, end: int) -> None:
+        line = _loss_line(self.flow, tp, position, end)
+        self.metrics.set_state("failed", line)
+        raise OperationalError(f"{FATAL}{line}; the flow stops, as mirrorflow.data-loss.fail.topics asks for "
+                               f"{tp[0]} (to go on, take the topic out of it and start the flow: the loss is "
+                               "recorded)")
+
+    def _losses(self, ends: Mapping[tuple[str, int], int], rows: list[dict[str, Any]],
+                replicated: Mapping[str, int], begins: Mapping[tuple[str, int], int]) -> list[Loss]:
+        """The partitions whose batch skipped records the source deleted before the flow read them (Spark's source,
+        told not to fail, moves on to the log start): their updated loss records. Called before the positions
+        move; raises (fatal) when a loss hits a topic of `mirrorflow.data-loss.fail.topics`."""
+        first_read = {(r["topic"], r["partition"]): r["first_offset"] for r in rows if r["first_offset"] is not None}
+        gaps = {}
+        for tp, end in ends.items():
+            position = begins.get(tp)
+            if tp[0] in replicated and position is not None and position >= 0:
+                resumed = first_read.get(tp, end)  # no record read: the batch ends where the partition resumes
+                if resumed > position:  # a gap: transaction markers, compaction or deleted records
+                    gaps[tp] = (position, resumed)
+        if not gaps:
+            return []
+        starts = admin_sync.offsets(self.source_admin, self.source.alias, list(gaps),
+                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        out = []
+        for tp, (position, resumed) in sorted(gaps.items()):
+            end = min(resumed, starts[tp])
+            if end <= position:
+                continue
+            if self.flow.data_loss_fails.selects(tp[0]):  # deleted after _refuse_loss looked
+                self._fail_on_loss(tp, position, end)
+            known = self.losses.get(tp, Loss(tp[0], tp[1]))
+            loss = known.add(position, end)
+            if loss == known:
+                continue  # a replayed batch: already recorded
+            log.warning("%s; mirroring goes on from %d (loss recorded in the offset syncs, status and metrics)",
+                        _loss_line(self.flow, tp, position, end), end)
+            self.losses[tp] = loss
+            self.metrics.observe_loss(tp, end - position)
+            out.append(loss)
+        return out
+
+    def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
+              paused: frozenset[tuple[str, int]]) -> WriterSpec:
+        return WriterSpec(
+            flow=self.flow.name, source=self.flow.source, target=self.flow.target,
+            producer_settings=self.producer_settings, consumer_settings=self.consumer_settings,
+            source_admin_settings=self.source_admin_settings, target_admin_settings=self.target_admin_settings,
+            remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
+            downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
+            provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), transactional=self.transactional,
+            fence_syncs=True,
+            replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
+            lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
+            fenced=self.fenced, keep_producers=str(self.spark.sparkContext.master).startswith("local"))
+
+    def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
+        """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a
+        restarted query) read from the offset log; {} for a checkpoint's first batch."""
+        if self.previous_batch is not None and self.previous_batch[0] == batch_id - 1:
+            return self.previous_batch[1]
+        if batch_id > 0 and (self.checkpoint / "offsets" / str(batch_id - 1)).exists():
+            return self._batch_ends(batch_id - 1)
+        return {}
+
+    def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
+        """The batch's end offsets, from the offset log Spark wrote before running it."""
+        jvm = self.spark.sparkContext._jvm
+        path = jvm.org.apache.hadoop.fs.Path(f"{self.checkpoint}/offsets/{batch_id}")
+        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(path), "UTF-8"))
+        try:
+            lines = []
+            while (line := reader.readLine()) is not None:
+                lines.append(line)
+        finally:
+            reader.close()
+        ends = _offset_log_ends(lines)
+        if ends is None:
+            raise OperationalError(f"flow {self.flow.name}: unexpected offset log {path}")
+        return ends
+
+
+@dataclass(frozen=True)
+class _Tombstone:
+    """The tombstone of an offset-sync record: a deleted topic's position, an old run turned into anchors."""
+
+    record: Position | OffsetRun | Loss
+
+    def key(self) -> bytes:
+        return self.record.key()
+
+    def value(self) -> None:
+        return None
+
+
+def _adopt_batch_first(store: PartitionAnchors, position: Position) -> None:
+    """A position's batch-first record as an anchor, when it is newer than the partition's newest one."""
+    first = position.batch_first
+    if first is not None and (store.last is None or first.downstream > store.last.downstream):
+        store.append(first)
+
+
+def _flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[tuple[str, int], int]:
+    return {(topic, int(p)): int(o) for topic, parts in offsets.items() if isinstance(parts, Mapping)
+            for p, o in parts.items()}
+
+
+def _committed_ends(checkpoint: Path) -> dict[tuple[str, int], int]:
+    """The end offsets of the newest batch the Spark checkpoint (a local directory) committed; {} if none."""
+    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
+    if not commits:
+        return {}
+    try:
+        return _offset_log_ends((checkpoint / "offsets" / str(max(commits))).read_text().splitlines()) or {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _offset_log_ends(lines: list[str]) -> dict[tuple[str, int], int] | None:
+    """The source's end offsets in a Spark offset-log file ("v1", the batch metadata, one line per source)."""
+    if len(lines) < 3 or not lines[0].startswith("v"):
+        return None
+    return _flatten(json.loads(lines[2]))
+
+
+def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:
+    return (f"flow {flow.name}: DATA LOSS on {flow.source} {tp[0]}-{tp[1]}: offsets {position}..{end - 1} "
+            f"({end - position} records) were deleted on the source before the flow read them")
+
+
+def _fatal_message(error: str) -> str | None:
+    at = error.find(FATAL)
+    if at < 0:
+        return None
+    return error[at + len(FATAL):].splitlines()[0].strip()
+
+
+def _first_line(error: str) -> str:
+    for line in error.splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return "unknown error"

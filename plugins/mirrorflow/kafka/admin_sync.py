@@ -1,0 +1,314 @@
+"""The admin side of metadata sync: snapshots of a cluster's topics, configs and ACLs, and applying a plan.
+
+What to change is decided in drift.py. The stream calls `ensure_remote_topics` before it writes to a topic
+or partition it has not seen; `mirrorflow plan`/`sync` and the sync DAGs use the same snapshot, plan and
+apply, so topics are created one way only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewPartitions,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from mirrorflow.errors import OperationalError
+from mirrorflow.model import drift, selection
+from mirrorflow.model.config import Flow, MirrorConfig
+from mirrorflow.model.drift import (
+    Acl,
+    AddPartitions,
+    Change,
+    ClusterState,
+    ConfigValue,
+    CreateAcl,
+    CreateTopic,
+    DeleteConfig,
+    Notice,
+    SetConfig,
+    TopicState,
+)
+
+log = logging.getLogger(__name__)
+TIMEOUT_S = 30.0
+
+
+def wait(futures: Mapping[Any, Any], what: str, *, tolerate: tuple[int, ...] = ()) -> dict[Any, Any]:
+    """Results of admin futures; a failure is one OperationalError naming `what` and the resource."""
+    out = {}
+    for resource, future in futures.items():
+        try:
+            out[resource] = future.result(timeout=TIMEOUT_S)
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() in tolerate:
+                out[resource] = None
+                continue
+            raise OperationalError(f"{what} {_name(resource)}: {err.str()}") from None
+        except TimeoutError:
+            raise OperationalError(f"{what} {_name(resource)}: no answer within {TIMEOUT_S:.0f} s") from None
+    return out
+
+
+def partition_counts(admin: AdminClient, cluster: str) -> tuple[dict[str, int], int]:
+    """(topic -> partition count, broker count) of a cluster."""
+    md = _metadata(admin, cluster)
+    return {name: len(t.partitions) for name, t in md.topics.items() if t.error is None}, len(md.brokers)
+
+
+def offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]], spec: Any,
+            isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED, *,
+            available_within: float | None = None) -> dict[tuple[str, int], int]:
+    """Each partition's offset for `spec` (earliest, latest, or the first at or after a timestamp).
+
+    `available_within`: only the partitions that answer within that many seconds (a partition without a leader
+    is left out, not an error)."""
+    if not partitions:
+        return {}
+    timeout = available_within or TIMEOUT_S
+    futures = admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions}, isolation_level=isolation,
+                                 request_timeout=timeout)
+    out = {}
+    for tp, future in futures.items():
+        try:
+            out[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
+        except (KafkaException, TimeoutError) as exc:
+            if available_within is not None:
+                continue
+            why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
+            raise OperationalError(f"cannot read the offsets of {tp.topic}-{tp.partition} on {alias}: {why}") from None
+    return out
+
+
+def topic_ids(admin: AdminClient, cluster: str, topics: Sequence[str]) -> dict[str, str]:
+    """Kafka's topic ID of each topic that exists (a topic deleted meanwhile is left out)."""
+    if not topics:
+        return {}
+    futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=TIMEOUT_S)
+    described = wait(futures, f"cannot describe topics on {cluster}:", tolerate=(KafkaError.UNKNOWN_TOPIC_OR_PART,))
+    return {name: str(d.topic_id) for name, d in described.items() if d is not None}
+
+
+def _metadata(admin: AdminClient, cluster: str) -> Any:
+    try:
+        return admin.list_topics(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        raise OperationalError(f"cluster {cluster} unreachable: {exc.args[0].str()}") from None
+
+
+def replication_factor(wanted: int, brokers: int, where: str) -> int:
+    """The configured factor, capped at the target's broker count (a warning says so)."""
+    if wanted > brokers:
+        log.warning("%s: replication factor %d capped at the target's %d broker(s)", where, wanted, brokers)
+        return max(brokers, 1)
+    return wanted
+
+
+def snapshot(admin: AdminClient, alias: str, wanted: Callable[[str], bool], *, acls: bool = False) -> ClusterState:
+    """The topics `wanted` selects, with their partitions and config entries, and optionally the topic ACLs.
+
+    A topic deleted while it is being read is left out (with a log line), not an error.
+    """
+    md = _metadata(admin, alias)
+    names = sorted(t for t, m in md.topics.items() if m.error is None and wanted(t))
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in names]
+    described = wait(admin.describe_configs(resources) if resources else {}, f"cannot read topic configs on {alias}:",
+                     tolerate=(KafkaError.UNKNOWN_TOPIC_OR_PART,))
+    topics = {}
+    for resource, entries in described.items():
+        if entries is None:
+            log.info("%s: topic %s was deleted while syncing; skipped", alias, resource.name)
+            continue
+        topics[resource.name] = TopicState(len(md.topics[resource.name].partitions),
+                                           {k: _config_value(e) for k, e in entries.items()})
+    return ClusterState(alias, topics, len(md.brokers), _topic_acls(admin, alias) if acls else None)
+
+
+def apply(cluster: str, admin: AdminClient, changes: Sequence[Change]) -> list[Change]:
+    """Make the plan's changes on the target cluster; the ones made (notices are not changes), once the cluster
+    shows them (`confirm`)."""
+    done: list[Change] = []
+    creates = [c for c in changes if isinstance(c, CreateTopic)]
+    if creates:
+        wait(admin.create_topics([NewTopic(c.topic, c.partitions, c.replication_factor, config=dict(c.configs))
+                                  for c in creates]),
+             f"cannot create topic on {cluster}:", tolerate=(KafkaError.TOPIC_ALREADY_EXISTS,))
+        done += creates
+    grows = [c for c in changes if isinstance(c, AddPartitions)]
+    if grows:
+        wait(admin.create_partitions([NewPartitions(c.topic, c.wanted) for c in grows]),
+             f"cannot add partitions on {cluster} to")
+        done += grows
+    by_topic: dict[str, list[SetConfig | DeleteConfig]] = {}
+    for c in changes:
+        if isinstance(c, SetConfig | DeleteConfig):
+            by_topic.setdefault(c.topic, []).append(c)
+    if by_topic:
+        resources = [ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[_alter(c) for c in cs])
+                     for topic, cs in by_topic.items()]
+        wait(admin.incremental_alter_configs(resources), f"cannot alter topic configs on {cluster}:")
+        done += [c for cs in by_topic.values() for c in cs]
+    acls = [c for c in changes if isinstance(c, CreateAcl)]
+    if acls:
+        wait(admin.create_acls([_binding(c.acl) for c in acls]), f"cannot create ACL on {cluster}:")
+        done += acls
+    confirm(cluster, admin, done)
+    return done
+
+
+def confirm(cluster: str, admin: AdminClient, done: Sequence[Change], timeout_s: float = TIMEOUT_S) -> None:
+    """Return once a fresh read of the cluster shows every change made; else one OperationalError naming the first
+    that it does not show. (KRaft brokers apply metadata asynchronously: the next read may miss a change.)"""
+    if not done:
+        return
+    topics = {c.topic for c in done if not isinstance(c, CreateAcl | Notice)}
+    acls = any(isinstance(c, CreateAcl) for c in done)
+    deadline, pause = time.monotonic() + timeout_s, 0.05
+    while True:
+        state = snapshot(admin, cluster, topics.__contains__, acls=acls)
+        missing = drift.unseen(done, state)
+        if not missing:
+            return
+        if time.monotonic() >= deadline:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise OperationalError(f"{cluster}: made, but not visible after {timeout_s:.0f} s: {missing[0]}{more}; "
+                                   "the brokers lag the controller (kafka-metadata-quorum.sh describe --replication)")
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+
+
+def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient,
+                         partitions: Mapping[str, int]) -> list[Change]:
+    """Make every remote topic of these source topics exist with at least the source's partitions."""
+    remote = {flow.policy.remote_topic(flow.source, t) for t in partitions}
+    changes = drift.plan(flow, snapshot(source, flow.source, partitions.__contains__),
+                         snapshot(target, flow.target, remote.__contains__), parts=("topics",))
+    for notice in (c for c in changes if isinstance(c, Notice)):
+        log.warning("%s: %s", flow.name, notice.text)
+    done = apply(flow.target, target, changes)
+    for change in done:
+        log.info("%s: %s", flow.name, change)
+    return done
+
+
+# Compacted internal topics keep a small uncompacted head: segments roll within 10 minutes (or at 16 MiB), the
+# cleaner runs once a tenth is dirty and at the latest an hour after a write, and tombstones live an hour.
+COMPACTED = {"cleanup.policy": "compact", "segment.ms": "600000", "segment.bytes": "16777216",
+             "min.cleanable.dirty.ratio": "0.1", "max.compaction.lag.ms": "3600000", "delete.retention.ms": "3600000"}
+
+
+def ensure_internal_topic(admin: AdminClient, cluster: str, topic: str, wanted_rf: int,
+                          configs: Mapping[str, str]) -> bool:
+    """Create a one-partition internal topic (offset syncs, heartbeats, checkpoints) unless it exists; an existing
+    one gets `configs` where its own differ (an older mirrorflow created it with fewer settings). True if created."""
+    counts, brokers = partition_counts(admin, cluster)
+    if topic in counts:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        current = wait(admin.describe_configs([resource]), f"cannot read the configs of {cluster}")[resource]
+        changes = [SetConfig(topic, k, current[k].value if k in current else None, v) for k, v in configs.items()
+                   if k not in current or current[k].value != v]
+        if changes:
+            apply(cluster, admin, changes)
+            log.info("%s %s: set %s", cluster, topic, ", ".join(f"{c.key}={c.new}" for c in changes))
+        return False
+    rf = replication_factor(wanted_rf, brokers, f"{cluster} {topic}")
+    wait(admin.create_topics([NewTopic(topic, 1, rf, config=dict(configs))]),
+         f"cannot create internal topic on {cluster}:", tolerate=(KafkaError.TOPIC_ALREADY_EXISTS,))
+    confirm(cluster, admin, [CreateTopic(topic, 1, rf, dict(configs))])
+    return True
+
+
+def _name(resource: Any) -> str:
+    return getattr(resource, "name", None) or getattr(resource, "topic", None) or str(resource)
+
+
+_SOURCES = {ConfigSource.DYNAMIC_TOPIC_CONFIG.value: "topic", ConfigSource.DEFAULT_CONFIG.value: "default",
+            ConfigSource.STATIC_BROKER_CONFIG.value: "static", ConfigSource.UNKNOWN_CONFIG.value: "default"}
+
+
+def _config_value(entry: Any) -> ConfigValue:
+    return ConfigValue(entry.value, _SOURCES.get(entry.source, "broker"), bool(entry.is_read_only),
+                       bool(entry.is_sensitive))
+
+
+def _alter(change: SetConfig | DeleteConfig) -> ConfigEntry:
+    if isinstance(change, SetConfig):
+        return ConfigEntry(change.key, change.new, incremental_operation=AlterConfigOpType.SET)
+    return ConfigEntry(change.key, None, incremental_operation=AlterConfigOpType.DELETE)
+
+
+def _topic_acls(admin: AdminClient, alias: str) -> tuple[Acl, ...] | None:
+    """Every topic ACL of the cluster; None when it has no authorizer."""
+    query = AclBindingFilter(ResourceType.TOPIC, None, ResourcePatternType.ANY, None, None,  # type: ignore[arg-type]
+                             AclOperation.ANY, AclPermissionType.ANY)
+    try:
+        bindings = admin.describe_acls(query).result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        if exc.args[0].code() == KafkaError.SECURITY_DISABLED:
+            return None
+        raise OperationalError(f"cannot describe the ACLs of {alias}: {exc.args[0].str()}") from None
+    except TimeoutError:
+        raise OperationalError(f"cannot describe the ACLs of {alias}: no answer within {TIMEOUT_S:.0f} s") from None
+    if not bindings and not _has_authorizer(admin):
+        return None
+    return tuple(Acl(b.name, b.principal, b.operation.name, b.permission_type.name, b.host,
+                     b.resource_pattern_type.name) for b in bindings)
+
+
+def _has_authorizer(admin: AdminClient) -> bool:
+    # Kafka 4 answers DescribeAcls with an empty list when no authorizer is configured (librdkafka drops the
+    # error); DeleteAcls still says SECURITY_DISABLED. The filter only matches a principal nobody has.
+    probe = AclBindingFilter(ResourceType.TOPIC, "mirrorflow-authorizer-probe", ResourcePatternType.LITERAL,
+                             "User:mirrorflow-authorizer-probe", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    try:
+        for future in admin.delete_acls([probe]).values():
+            future.result(timeout=TIMEOUT_S)
+    except KafkaException as exc:
+        return bool(exc.args[0].code() != KafkaError.SECURITY_DISABLED)
+    return True
+
+
+def _binding(acl: Acl) -> AclBinding:
+    return AclBinding(ResourceType.TOPIC, acl.topic, ResourcePatternType[acl.pattern], acl.principal, acl.host,
+                      AclOperation[acl.operation], AclPermissionType[acl.permission])
+
+
+def flow_plan(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PARTS,
+              target_admin: AdminClient | None = None) -> list[Change]:
+    """The drift plan of one flow, from fresh snapshots of its source and target."""
+    from mirrorflow.kafka import clients
+
+    with_acls = "acls" in parts and flow.flag("sync.topic.acls.enabled")
+    source = snapshot(clients.admin(cfg.cluster(flow.source)), flow.source,
+                      lambda t: selection.replicates(flow, t), acls=with_acls)
+    remote = {flow.policy.remote_topic(flow.source, t) for t in source.topics}
+    target = snapshot(target_admin or clients.admin(cfg.cluster(flow.target)), flow.target, remote.__contains__,
+                      acls=with_acls)
+    return drift.plan(flow, source, target, parts)
+
+
+def sync_flow(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PARTS) -> tuple[list[Change], list[Notice]]:
+    """Plan and apply one flow's metadata sync: (changes made, notices)."""
+    from mirrorflow.kafka import clients
+
+    target_admin = clients.admin(cfg.cluster(flow.target))
+    changes = flow_plan(cfg, flow, parts, target_admin)
+    done = apply(flow.target, target_admin, changes)
+    return done, [c for c in changes if isinstance(c, Notice)]

@@ -1,0 +1,62 @@
+"""confluent-kafka clients for a configured cluster: the one place Java client settings become librdkafka ones."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from mirrorflow.kafka.internal_log import InternalLog
+from mirrorflow.model.client_config import to_librdkafka
+from mirrorflow.model.config import Cluster
+
+_quiet = False
+
+
+def quiet() -> None:
+    """Keep librdkafka's own log lines (connection retries) off stderr: for commands whose errors end in one line."""
+    global _quiet
+    _quiet = True
+
+
+def settings(cluster: Cluster, role: str, **overrides: Any) -> dict[str, Any]:
+    """librdkafka settings for one role of a cluster (secrets included: never log them)."""
+    out: dict[str, Any] = dict(to_librdkafka(cluster.client_config(role), cluster=cluster.alias)[0])
+    if _quiet:
+        out["log_level"] = 0
+    # Java-client keys a consumer group of mirrorflow's own must not inherit from the user's consumers.
+    if role == "consumer":
+        out.pop("group.id", None)
+        out.pop("group.instance.id", None)
+    out.update(overrides)
+    return out
+
+
+def admin(cluster: Cluster, **overrides: Any) -> AdminClient:
+    return AdminClient(settings(cluster, "admin", **overrides))
+
+
+def producer(cluster: Cluster, **overrides: Any) -> Producer:
+    return Producer(settings(cluster, "producer", **overrides))
+
+
+def consumer(cluster: Cluster, **overrides: Any) -> Consumer:
+    base = {"group.id": "mirrorflow", "enable.auto.commit": False, "enable.partition.eof": False}
+    return Consumer(settings(cluster, "consumer", **{**base, **overrides}))
+
+
+def read_to_end(consumer_settings: Mapping[str, Any], topic: str, what: str, *, partition: int = 0,
+                timeout_s: float = 30.0) -> Iterator[Message]:
+    """Every committed record of one partition, from its start to the end it had when reading began.
+
+    For a one-off read of mirrorflow's and MM2's compacted internal topics (checkpoints, heartbeats); a
+    long-lived reader keeps an InternalLog instead. A topic that does not exist yet reads as empty;
+    `timeout_s` is how long the read may make no progress.
+    """
+    log = InternalLog(consumer_settings, topic, what, partition=partition, idle_timeout_s=timeout_s)
+    try:
+        yield from log.catch_up()
+    finally:
+        log.close()

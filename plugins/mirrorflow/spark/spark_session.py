@@ -1,0 +1,125 @@
+"""The Spark session a mirrorflow job runs in, with Spark's Kafka connector on its classpath."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from mirrorflow.model import paths
+from mirrorflow.model.config import Cluster
+from mirrorflow.spark import maven, spark_logs
+
+# Options Spark's Kafka source refuses or owns; a cluster's consumer settings pass on without them.
+_SPARK_OWNED = {"group.id", "auto.offset.reset", "key.deserializer", "value.deserializer",
+                "enable.auto.commit", "interceptor.classes", "group.instance.id"}
+
+
+def kafka_jars() -> list[Path]:
+    """Spark's Kafka connector and what it needs beyond PySpark's own jars (fetched once with Maven)."""
+    return maven.jars(maven.fetch("spark-kafka", maven.SPARK_KAFKA, paths.jar_cache()), maven.SPARK_KAFKA_JARS)
+
+
+def kafka_options(cluster: Cluster, **overrides: str) -> dict[str, str]:
+    """Spark Kafka source options reaching `cluster` with its consumer settings (`kafka.` prefixed)."""
+    java = cluster.client_config("consumer")
+    options = {f"kafka.{k}": v for k, v in java.items() if k not in _SPARK_OWNED}
+    options.update({f"kafka.{k}": v for k, v in overrides.items()})
+    return options
+
+
+def local_cores(master: str) -> int | None:
+    """The cores a `local`, `local[N]`, `local[*]` or `local[N,F]` master runs tasks on; None for other masters."""
+    match = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master.strip())
+    if match is None:
+        return None
+    cores = match.group(1)
+    if cores is None:
+        return 1
+    return (os.cpu_count() or 1) if cores == "*" else int(cores)
+
+
+def under_spark_submit() -> bool:
+    # spark-submit's Python runner hands the driver an existing JVM through these variables.
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") -> SparkSession:
+    """A session for one job; under spark-submit, the one spark-submit configured (master, jars)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    options = {"spark.ui.showConsoleProgress": "false",
+               "spark.sql.shuffle.partitions": "2",
+               # Spark's Kafka source drops a partition's consumer after 5 idle minutes; making a new one costs a
+               # quarter to most of a second per partition, paid by the first micro-batch after a quiet spell.
+               "spark.kafka.consumer.cache.timeout": "1h",
+               "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas"}
+    if not under_spark_submit():
+        options |= {"spark.master": master, "spark.jars": ",".join(str(j) for j in kafka_jars()),
+                    "spark.driver.memory": driver_memory, "spark.ui.enabled": "false"}
+        if master.startswith("local"):  # workers run this interpreter, so they can fork from a warm daemon
+            options |= {"spark.python.daemon.module": "mirrorflow.spark.spark_daemon",
+                        "spark.driver.extraJavaOptions": spark_logs.LOG4J_OPTION}
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning per job on a loopback hostname
+            _launch_jvm(options)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in options.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    _quiet(spark, "ProcessingTimeExecutor")  # "falling behind" on every batch longer than the trigger
+    if not master.startswith("local"):
+        spark.sparkContext.addPyFile(str(package_zip()))
+    return spark
+
+
+def _launch_jvm(options: dict[str, str]) -> None:
+    """Start this process's Spark JVM (once) with its stderr passed through `spark_logs.forward_stderr`, which
+    drops the notices a healthy JVM prints at start-up."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(options.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})  # type: ignore[no-untyped-call]
+    # Where the JVM's stderr went when it inherited it: this process's stderr at launch.
+    threading.Thread(target=spark_logs.forward_stderr, args=(gateway.proc.stderr, os.dup(2)), daemon=True,
+                     name="spark-jvm-stderr").start()
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def warm_python_workers(spark: SparkSession, tasks: int) -> None:
+    """Start `tasks` Python workers (and their daemon) now, so that the first micro-batch finds them running
+    instead of paying for their start-up; they stay for the next tasks while less than a minute idle."""
+    spark.range(tasks, numPartitions=tasks).mapInArrow(_pass_through, "id long").collect()
+
+
+def _pass_through(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+
+
+def _quiet(spark: SparkSession, logger: str) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    for package in ("org.apache.spark.sql.execution.streaming", "org.apache.spark.sql.execution.streaming.runtime"):
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            f"{package}.{logger}", jvm.org.apache.logging.log4j.Level.ERROR)
+
+
+def package_zip() -> Path:
+    """The mirrorflow package as a zip, for executors that do not have it installed."""
+    package = Path(__file__).resolve().parent.parent
+    out = Path(tempfile.mkdtemp(prefix="mirrorflow-")) / "mirrorflow.zip"
+    with zipfile.ZipFile(out, "w") as zf:
+        for f in package.rglob("*.py"):
+            zf.write(f, f"mirrorflow/{f.relative_to(package)}")
+    return out

@@ -1,0 +1,838 @@
+"""The executor side of the stream: writes one task's records to the target.
+
+Spark's Kafka source reads one source partition's offset range per input partition, in offset order; the
+driver coalesces them into one task per core (without a shuffle: each task reads its source partitions one
+after another) and `mapInArrow` hands them over; this module produces those records with confluent-kafka
+(partition, key, value, headers and timestamp kept; a provenance header appended), waits until the
+target acknowledged every one, then records each partition's position in the offset syncs (with the
+batch's first record, so a reader sees a replay at once); the driver turns the summaries into anchors.
+It yields one summary row per source partition for the driver's progress and metrics.
+
+Delivery (`spec.transactional`: exactly-once, and at-least-once unless `mirrorflow.records.fenced = false`):
+  transactional  a task's records and its partitions' offset syncs are committed in one transaction.
+  idempotent     idempotent producer, acks=all; syncs are written only after the data is acknowledged, and
+                 commit in a transaction of the task slot's id (below), which fences them (flow_lease, W4).
+The stream's transactional producers: one per task slot (`transactional.id` derived from the flow and the task's
+index in the batch, so a retried task or a second instance fences the earlier writer of that slot), kept by the
+Python worker across batches. An at-least-once backfill writes its syncs with the idempotent producer.
+Either way records below the partition's committed position (already in the target, known from
+the offset syncs) are skipped, so a replayed batch never writes them twice when transactional.
+Every record is handed over only under a confirmed lease and expires if not sent within
+DELIVERY_TIMEOUT_MS (flow_lease, W1 and W2). A partition whose records the target did not take in that time
+(no leader, a quota, a full disk, too few in-sync replicas) is *stuck*: its records of the batch count for
+nothing (no offset syncs), its summary says why, and the driver pauses it while every other partition goes on.
+Transactional, the task's transaction aborts with it: the task's other partitions are *aborted* (their summaries
+say so) and the driver writes them again at once, the stuck one paused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from mirrorflow.errors import ConfigError, MirrorError, OperationalError
+from mirrorflow.kafka import offset_sync_log
+from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
+from mirrorflow.rules import digests, provenance
+from mirrorflow.rules.anchors import Anchor
+from mirrorflow.rules.offset_syncs import Position
+from mirrorflow.status import metrics
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+_LENGTH = "unhex(lpad(hex({}), 8, '0'))"  # a 4-byte big-endian length
+# A record's headers as one binary value (None when it has none), encoded in the JVM: Arrow's list-of-struct
+# column cost Spark's Arrow writer about 9 of its 21 CPU ms per 1,000 records (its size check re-counts the list
+# on every row), a flat binary column next to nothing. Each header is a 4-byte key length, the UTF-8 key, then
+# 0xFFFFFFFF for a null value or a 4-byte length and the value (decode_headers reads it back).
+HEADERS_SQL = (
+    "CASE WHEN coalesce(size(headers), 0) <= 0 THEN CAST(NULL AS BINARY) ELSE aggregate(headers, X'', (encoded, h) -> "
+    f"concat(encoded, {_LENGTH.format('octet_length(h.key)')}, encode(h.key, 'UTF-8'), CASE WHEN h.value IS NULL "
+    f"THEN X'FFFFFFFF' ELSE concat({_LENGTH.format('length(h.value)')}, h.value) END)) END"
+)
+INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", f"{HEADERS_SQL} AS headers",
+                 "unix_millis(timestamp) AS ts", f"{digests.RECORD_DIGEST} AS digest")
+SUMMARY_SCHEMA = (
+    "topic string, partition int, first_offset long, records long, bytes long, skipped long, refused long, "
+    "first_refused long, filtered long, "
+    "upstream_next long, downstream_next long, first_upstream long, first_downstream long, "
+    "last_upstream long, last_downstream long, replay boolean, syncs long, "
+    "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
+    "age_min long, age_max long, age_sum long, last_timestamp long, stuck string, aborted boolean, "
+    "producer_inits long, digest_cells array<long>, digest_records array<long>, digest_refused array<long>, "
+    "digest_xors array<long>, digest_target_firsts array<long>"
+)
+# Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
+# the coordinator aborted (it outlived transaction.timeout.ms): the partition is stuck, not the flow broken.
+_STUCK = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_PRODUCER_EPOCH,
+          KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
+          KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT, KafkaError.KAFKA_STORAGE_ERROR,
+          KafkaError._TRANSPORT, KafkaError.THROTTLING_QUOTA_EXCEEDED}
+_PURGED = {KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT}
+_CAUSES_PER_TASK = 3  # stuck partitions of a task whose cause is looked up in the target's metadata
+_FLUSH_LOG_S = 30.0
+_METADATA_WAIT_S = 15.0  # remote topics are confirmed visible before the first write: this is a margin
+
+
+@dataclass(frozen=True)
+class WriterSpec:
+    """Everything a task needs, pickled to the executors once per micro-batch."""
+
+    flow: str
+    source: str
+    target: str
+    # librdkafka settings (they hold secrets: never printed): target producer, target consumer,
+    # source admin and target admin, the last two only to name size limits in an error.
+    producer_settings: Mapping[str, Any] = field(repr=False)
+    consumer_settings: Mapping[str, Any] = field(repr=False)
+    source_admin_settings: Mapping[str, Any] = field(repr=False)
+    target_admin_settings: Mapping[str, Any] = field(repr=False)
+    remote: Mapping[str, str]  # source topic -> remote topic, only for topics the flow replicates
+    mirrored: Mapping[TopicPartition, int]  # upstream offset below which the target has every record
+    ends: Mapping[TopicPartition, int]  # the micro-batch's end offset of each source partition
+    downstream_next: Mapping[TopicPartition, int]  # where the partition's next record lands, as the syncs say
+    syncs_topic: str
+    provenance: bool
+    transactional: bool  # records and offset syncs in one transaction per task (the stream, unless idempotent)
+    # Partitions written out of order (a backfill repairing a gap below the flow's position): their records
+    # are appended after later ones, so they get no offset syncs, which must stay monotonic for translation.
+    unsynced: frozenset[TopicPartition] = frozenset()
+    # The first batch of a query may repeat records a failed attempt wrote: its first records are barriers.
+    replay: bool = False
+    lease_member: str | None = None  # the driver's member id in the lease group: every write confirms it (W1)
+    lease_own_ids: tuple[str, ...] = ()  # the driver's earlier member ids (never another instance)
+    paused: frozenset[TopicPartition] = frozenset()  # stuck partitions the driver pauses: nothing of them written
+    fenced: int = 0  # transactional: when the driver last fenced the slots' ids (a producer from before is stale)
+    # Not transactional: the offset syncs still commit in a transaction of the task slot's id (the stream: W4).
+    fence_syncs: bool = False
+    # Transactional: workers keep producers across batches (a local master: the marks below see every worker).
+    keep_producers: bool = True
+
+
+def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: mirror every record of the task, then yield one summary row per source partition.
+
+    Records are produced as Arrow batches arrive, so Spark's reading and the producing overlap.
+    """
+    writes: dict[TopicPartition, _PartitionWrite] = {}
+    producer: Producer | None = None
+    kept = False  # transactional: the producer was initialised by an earlier task of this worker
+    committed: Mapping[TopicPartition, Position] = {}
+    halted = [False]  # transactional: the transaction failed, nothing more of the task is produced
+    syncs: list[tuple[Producer, bool]] = []  # fence_syncs: the slot's producer for the offset syncs, and whether kept
+    try:
+        for batch in batches:
+            for tp, part in _by_partition(batch):
+                write = writes.get(tp)
+                if write is None:
+                    if producer is None:  # a task without records (fewer source partitions than tasks) has none
+                        if spec.transactional:
+                            producer, kept = _transactional_producer(spec)
+                            producer.begin_transaction()
+                            committed = _committed_positions(spec)
+                        else:
+                            producer = _idempotent_producer(spec)
+                    write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted)
+                write.write(part)
+        rows = []
+        if producer is not None and spec.transactional:
+            rows = _settle_transaction(spec, producer, list(writes.values()), halted[0])
+            if not kept:
+                rows[0]["producer_inits"] = 1
+        elif producer is not None:
+            rows = _settle(spec, producer, list(writes.values()), syncs)
+            if syncs and not syncs[0][1]:
+                rows[0]["producer_inits"] = 1
+    except LeaseSuperseded as exc:
+        for p in (producer, *(s[0] for s in syncs)):
+            if p is not None:
+                p.purge(in_queue=True, in_flight=False, blocking=False)  # nothing queued may still go out
+        _discard(spec)
+        raise RuntimeError(str(exc)) from None  # the driver finds the lease lost and stops (or regains it)
+    except KafkaException as exc:
+        _discard(spec)  # its transaction state is unknown: the task that next has the slot starts afresh
+        kept = kept or any(s[1] for s in syncs)
+        err: KafkaError = exc.args[0]
+        if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+            if kept:  # Not fatal: a worker on another host had the slot since (local workers leave a mark).
+                raise RuntimeError(f"flow {spec.flow}: the task slot's transactional producer was fenced by another "
+                                   f"worker of this flow since its last batch: {err.str()}") from None
+            raise MirrorError(f"flow {spec.flow}: fenced: another writer initialised this flow's transactional ids "
+                              f"on {spec.target} (a second instance of the flow, or a task of a stopped one): "
+                              f"{err.str()}") from None
+        if err.code() == KafkaError.INVALID_PRODUCER_EPOCH:
+            # Not fatal: the coordinator aborted a transaction that outlived transaction.timeout.ms; the
+            # restarted task's fresh producer resumes from the committed position.
+            raise RuntimeError(f"flow {spec.flow}: {spec.target} aborted a transaction (it outlived "
+                               f"transaction.timeout.ms = {TRANSACTION_TIMEOUT_MS} ms?): {err.str()}") from None
+        raise
+    except BaseException:
+        _discard(spec)
+        raise
+    if rows:
+        yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
+
+
+def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
+            syncs: list[tuple[Producer, bool]]) -> list[dict[str, Any]]:
+    """Idempotent records: every write acknowledged (one flush for the task), then each partition's offset syncs
+    recorded, unless the target did not take its records in time (stuck). With `spec.fence_syncs` (the stream, W4)
+    the task's offset syncs commit in one transaction of the task slot's id (appended to `syncs`, with whether an
+    earlier task kept it), so a writer that lost the lease cannot land one after the next holder fenced the id."""
+    causes = [_CAUSES_PER_TASK]  # stuck partitions whose cause is still looked up
+    _flush(producer, spec, writes)
+    summaries, settled = [], []
+    for w in writes:
+        err = w.failure()
+        if err is not None:
+            summaries.append(w.stuck(err, causes))
+            continue
+        settled.append(w)
+        summaries.append(w.summary)
+    syncs_producer = producer
+    if spec.fence_syncs and any(w.has_syncs for w in settled):
+        syncs.append(_transactional_producer(spec))
+        syncs_producer = syncs[0][0]
+        syncs_producer.begin_transaction()
+    for w in settled:
+        w.record_syncs(syncs_producer)
+    _flush(syncs_producer, spec, settled)
+    unsynced = next((w for w in settled if w.sync_failures), None)
+    if unsynced is not None:  # not fatal: the batch is written again (a replay) and its syncs with it
+        raise RuntimeError(f"flow {spec.flow}: {unsynced.tp[0]}-{unsynced.tp[1]}: the offset syncs were not "
+                           f"acknowledged by {spec.target}: {unsynced.sync_failures[0]}")
+    if syncs_producer is not producer:
+        _confirm_lease(spec)
+        syncs_producer.commit_transaction(60)
+    return [summary.row() for summary in summaries]
+
+
+def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
+                        halted: bool) -> list[dict[str, Any]]:
+    """Transactional: every write acknowledged, then the offset syncs added and the task's transaction committed.
+    If the target did not take a partition's records in time, the transaction aborts: those partitions are stuck,
+    the others aborted (written again at once by the driver). `halted`: the transaction failed while the task was
+    still producing (what it had not produced yet is aborted too)."""
+    causes = [_CAUSES_PER_TASK]
+    _flush(producer, spec, writes)
+    errors = {w.tp: w.failure() for w in writes}
+    failed = {tp: err for tp, err in errors.items() if err is not None and err.code() not in _PURGED}
+    purged = [err for tp, err in errors.items() if err is not None and tp not in failed]
+    if not failed and (purged or halted):  # Not fatal: the query restarts, fences, resumes from the positions.
+        why = purged[0] if purged else "no record of it was refused or timed out"
+        raise RuntimeError(f"flow {spec.flow}: a transaction failed on {spec.target}: {why}")
+    if not failed:
+        for w in writes:
+            w.record_syncs()
+        _confirm_lease(spec)
+        try:
+            producer.commit_transaction()  # flushes the syncs with the records
+            return [w.summary.row() for w in writes]
+        except KafkaException as exc:
+            if exc.args[0].code() not in _STUCK or not exc.args[0].txn_requires_abort():
+                raise
+            # Every record was acknowledged: the offset syncs or the commit itself were not. Not fatal: the query
+            # restarts, fences (aborting this transaction) and resumes from the committed positions.
+            raise RuntimeError(f"flow {spec.flow}: {spec.target} did not commit a transaction in time: "
+                               f"{exc.args[0].str()}") from None
+    producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
+    return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).row() for w in writes]
+
+
+def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:
+    """The batch cut into runs of one source partition each, in order."""
+    if batch.num_rows == 0:
+        return
+    topics = batch.column("topic").to_pylist()
+    parts = batch.column("partition").to_pylist()
+    start = 0
+    for i in range(1, batch.num_rows + 1):
+        if i == batch.num_rows or topics[i] != topics[start] or parts[i] != parts[start]:
+            yield (topics[start], parts[start]), batch.slice(start, i - start)
+            start = i
+
+
+class _Summary:
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.records = self.bytes = self.skipped = self.refused = self.filtered = self.syncs = 0
+        self.upstream_next = self.downstream_next = -1
+        self.first: tuple[int, int] | None = None  # (upstream, downstream) of the first and last mirrored record
+        self.last: tuple[int, int] | None = None
+        self.replay = False
+        self.first_refused: int | None = None
+        self.first_offset: int | None = None  # the first source offset the batch read
+        self.latency = metrics.Distribution()
+        self.age = metrics.Distribution()
+        self.last_timestamp = -1
+        self.stuck: str | None = None  # why the target did not take the partition's records in time
+        self.aborted = False  # transactional: rolled back with the task's transaction, for another partition
+        self.cells: dict[int, list[int]] = {}  # cell -> [records, refused, xor] of the batch (digests.py)
+        self.latencies: list[int] = []  # ms from each record's timestamp to its acknowledgement, folded at row()
+        self.pairs: tuple[list[int], list[int]] = ([], [])  # the write's upstream offsets and their acknowledgements
+
+    def row(self) -> dict[str, Any]:
+        self.latency.add_many(self.latencies)
+        self.latencies = []
+        first, last = self.first, self.last
+        cells = sorted(self.cells)
+        firsts = _target_firsts(*self.pairs)
+        return {
+            "topic": self.tp[0], "partition": self.tp[1], "first_offset": self.first_offset,
+            "records": self.records, "bytes": self.bytes,
+            "skipped": self.skipped, "refused": self.refused, "first_refused": self.first_refused,
+            "filtered": self.filtered,
+            "upstream_next": self.upstream_next, "downstream_next": self.downstream_next,
+            "first_upstream": first[0] if first else None, "first_downstream": first[1] if first else None,
+            "last_upstream": last[0] if last else None, "last_downstream": last[1] if last else None,
+            "replay": self.replay, "syncs": self.syncs,
+            "latency_min": self.latency.minimum, "latency_max": self.latency.maximum,
+            "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
+            "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
+            "last_timestamp": self.last_timestamp, "stuck": self.stuck, "aborted": self.aborted,
+            "producer_inits": 0, "digest_cells": cells, "digest_records": [self.cells[c][0] for c in cells],
+            "digest_refused": [self.cells[c][1] for c in cells], "digest_xors": [self.cells[c][2] for c in cells],
+            "digest_target_firsts": [firsts.get(c) for c in cells],
+        }
+
+    def digest(self, offsets: np.ndarray, record_digests: np.ndarray, refused: list[tuple[int, int]]) -> None:
+        """Fold a run of the partition's records in; `refused`: (offset, digest) of those refused (not written)."""
+        for cell, records, xor in digests.cell_digests(offsets, record_digests):
+            into = self.cells.setdefault(cell, [0, 0, 0])
+            into[0] += records
+            into[2] = int(np.int64(into[2]) ^ np.int64(xor))
+        for offset, d in refused:
+            into = self.cells[offset // digests.CELL]
+            into[0] -= 1
+            into[1] += 1
+            into[2] = int(np.int64(into[2]) ^ np.int64(d))
+
+    def discard(self) -> None:
+        """Nothing of the batch counts (its records are written again): no position, no mirrored record."""
+        self.upstream_next = self.downstream_next = -1
+        self.first = self.last = None
+        self.records = self.bytes = self.skipped = self.refused = 0
+        self.first_refused = None
+        self.cells.clear()
+        self.latencies = []
+
+
+def _target_firsts(written: list[int], acked: list[int]) -> dict[int, int]:
+    """Per cell of upstream offsets, the target offset of its first copy (written and acknowledged in order)."""
+    firsts: dict[int, int] = {}
+    for upstream, downstream in zip(written, acked, strict=False):
+        firsts.setdefault(upstream // digests.CELL, downstream)
+    return firsts
+
+
+class _PartitionWrite:
+    """One source partition's records within one task: produced as they come, settled at the end."""
+
+    def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer,
+                 committed: Position | None = None, halted: list[bool] | None = None) -> None:
+        """`committed`: transactional, the position a failed attempt of this task committed (the target's word);
+        `halted`: shared by the task's writes, set once its transaction failed."""
+        self.spec, self.tp, self.producer = spec, tp, producer
+        self.halted = halted if halted is not None else [False]
+        self.summary = _Summary(tp)
+        self.remote = None if tp in spec.paused else spec.remote.get(tp[0])
+        self.mirrored = spec.mirrored.get(tp, -1)
+        self.downstream_next = spec.downstream_next.get(tp, -1)  # where the syncs say its next record lands
+        if committed is not None and tp not in spec.unsynced and committed.upstream_next > self.mirrored:
+            self.mirrored, self.downstream_next = committed.upstream_next, committed.downstream_next
+        self.written: list[int] = []  # upstream offsets, in produce order
+        self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
+        # (error, key + value size, size with every header, index in write order)
+        self.failures: list[tuple[KafkaError, int, int, int]] = []
+        self.header_bytes: dict[int, int] = {}  # write index -> header bytes, for records of _LARGE_RECORD_BYTES
+        self.sync_failures: list[str] = []  # the partition's offset-sync records the target did not take
+        self.summary.pairs = (self.written, self.acked)
+
+    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+        if err is not None:
+            size = len(msg.value() or b"") + len(msg.key() or b"")
+            index = len(self.acked) + len(self.failures)
+            headers = self.header_bytes.get(index)
+            self.failures.append((err, size, size if headers is None else size + headers, index))
+            return
+        self.acked.append(msg.offset())
+        self.summary.latencies.append(int(time.time() * 1000) - msg.timestamp()[1])
+
+    def write(self, part: pa.RecordBatch) -> None:
+        summary, spec, remote = self.summary, self.spec, self.remote
+        topic, partition = self.tp
+        _confirm_lease(spec)
+        offsets = part.column("offset").to_pylist()
+        summary.upstream_next = offsets[-1] + 1
+        if summary.first_offset is None:
+            summary.first_offset = offsets[0]
+        if remote is None:
+            summary.filtered += len(offsets)
+            return
+        if self.halted[0]:
+            return  # aborted with the task's transaction: written again by the next query
+        keys = part.column("key").to_pylist()
+        values = part.column("value").to_pylist()
+        stamps = part.column("ts").to_pylist()
+        headers = _headers(part.column("headers"))
+        now = int(time.time() * 1000)
+        producer, delivered, written, target = self.producer, self._delivered, self.written, spec.target
+        refused: list[tuple[int, int]] = []  # (index in the run, offset)
+        passed: list[int] = []  # indexes of records not written (skipped or refused)
+        hop = provenance.prefix(spec.source, topic).replace(b"%", b"%%") + b"%d/%d"  # Provenance.encode(), faster
+        for i, offset in enumerate(offsets):
+            if i & 63 == 63:
+                _confirm_lease(spec)  # W1 between confirmations: at most 64 records (a cached answer: a clock read)
+            if offset < self.mirrored:
+                summary.skipped += 1
+                passed.append(i)
+                continue
+            hdrs = headers[i]
+            if hdrs and provenance.returns_to(hdrs, target, remote):
+                if summary.first_refused is None:
+                    summary.first_refused = offset
+                summary.refused += 1
+                refused.append((i, offset))
+                passed.append(i)
+                continue
+            if spec.provenance:
+                hdrs = [*(hdrs or ()), (provenance.HEADER, hop % (partition, offset))]
+            key, value, ts = keys[i], values[i], stamps[i]
+            try:
+                _produce(producer, remote, partition, key, value, ts, hdrs, delivered, spec)
+            except KafkaException as exc:
+                # A partition's records timed out: the transaction can only abort, and produce() refuses more.
+                if not spec.transactional or not (exc.args[0].txn_requires_abort()
+                                                 or exc.args[0].code() == KafkaError._STATE):
+                    raise
+                self.halted[0] = True
+                break
+            size = len(value or b"") + len(key or b"")
+            if size >= _LARGE_RECORD_BYTES:  # a delivery report has no headers: what an error message needs
+                self.header_bytes[len(written)] = sum(len(k) + len(v or b"") for k, v in hdrs or ())
+            written.append(offset)
+            summary.bytes += size
+        summary.records = len(written)
+        if not self.halted[0]:
+            ages = now - part.column("ts").to_numpy(zero_copy_only=False)
+            if passed:
+                ages = np.delete(ages, passed)
+            summary.age.add_many(ages)
+            if len(ages):
+                summary.last_timestamp = int(now - ages[-1])
+            record_digests = part.column("digest").to_numpy(zero_copy_only=False)
+            summary.digest(np.asarray(offsets, dtype=np.int64), record_digests,
+                           [(o, int(record_digests[i])) for i, o in refused])
+
+    def failure(self) -> KafkaError | None:
+        """Once flushed: why the target did not take the partition's records in time (it is stuck), or None (every
+        record acknowledged, or nothing to write); a record the target refused stops the flow (MirrorError)."""
+        spec, tp, remote = self.spec, self.tp, self.remote
+        if remote is None:
+            return None  # a topic the pattern matched but the flow does not replicate, or a paused partition
+        if self.failures and all(f[0].code() in _STUCK or f[0].code() in _PURGED for f in self.failures):
+            # Purged: a transaction that failed (another partition's records timed out) drops what it still held.
+            return next((f[0] for f in self.failures if f[0].code() in _STUCK), self.failures[0][0])
+        if self.failures:
+            # The broker refuses a whole batch for one oversized record: name the largest one.
+            err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
+                f[0].code() == KafkaError.MSG_SIZE_TOO_LARGE for f in self.failures) else self.failures[0]
+            raise MirrorError(_failure_message(spec, tp, remote, self.written[index], err, size, framed))
+        if len(self.acked) != len(self.written):
+            raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {len(self.written) - len(self.acked)} "
+                              "records have no delivery report after flush")
+        return None
+
+    @property
+    def has_syncs(self) -> bool:
+        return self.remote is not None and self.tp not in self.spec.unsynced and self.summary.upstream_next >= 0
+
+    def record_syncs(self, producer: Producer | None = None) -> None:
+        """Once every record is acknowledged: the partition's position (transactional: in the task's transaction),
+        through `producer` if given (a transactional one for an idempotent write's syncs)."""
+        if self.remote is not None and self.tp not in self.spec.unsynced:
+            _confirm_lease(self.spec)
+            _record_syncs(self.spec, producer or self.producer, self.tp, self.summary,
+                          list(zip(self.written, self.acked, strict=True)), self._sync_delivered, self.downstream_next)
+
+    def stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
+        """Nothing of the partition's batch counts: no offset syncs (idempotent: what landed is written again
+        when the driver resumes the partition, a replay; transactional: the transaction aborted). `causes`: how many
+        more stuck partitions of the task get their cause looked up in the target's metadata."""
+        cause = _leader(self.producer, self) if causes[0] > 0 else "cause not looked up (see the task's others)"
+        causes[0] -= 1
+        self.summary.stuck = f"{err.str()}; {cause}"
+        self.summary.discard()
+        return self.summary
+
+    def aborted(self) -> _Summary:
+        """Transactional: the task's transaction aborted for another partition; nothing of this one counts."""
+        if self.remote is not None:
+            self.summary.aborted = True
+            self.summary.discard()
+        return self.summary
+
+    def _sync_delivered(self, err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            self.sync_failures.append(err.str())
+
+    @property
+    def unacknowledged(self) -> int:
+        return len(self.written) - len(self.acked) - len(self.failures)
+
+
+def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
+             ts: int, headers: Any, delivered: Any, spec: WriterSpec | None = None) -> None:
+    deadline = 0.0
+    while True:
+        try:
+            producer.produce(topic, value, key, partition=partition, timestamp=ts, headers=headers,
+                             on_delivery=delivered)
+            return
+        except BufferError:
+            producer.poll(0.05)  # the local queue is full: wait for the target to take more (or expire it)
+            if spec is not None:
+                _confirm_lease(spec)  # the wait may be long: W1 before the record is handed over
+        except KafkaException as exc:
+            # A remote topic or partition the driver just created: this producer's metadata is older.
+            if exc.args[0].code() not in (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC):
+                raise
+            deadline = deadline or time.monotonic() + _METADATA_WAIT_S
+            if time.monotonic() > deadline:
+                # Not fatal: the restarted query's first batch finds out whether the remote topic was deleted.
+                raise RuntimeError(f"{topic} partition {partition} does not exist on the target") from None
+            producer.list_topics(topic, timeout=5)
+            time.sleep(0.2)
+
+
+def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
+                  pairs: list[tuple[int, int]], delivered: Callable[[KafkaError | None, Any], None],
+                  previous: int) -> None:
+    """`previous`: where the partition's next record was to land (its position's downstream_next, or -1)."""
+    if summary.upstream_next < 0:
+        return
+    # Transaction markers and aborted records after the last visible record are read too.
+    summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
+    if pairs and pairs[0][1] < previous:
+        # Not fatal, and before any offset sync moves backwards: the restarted query's first batch holds the topic.
+        raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: copies landed at {pairs[0][1]}, below the flow's next "
+                           f"target offset {previous}: the remote topic was re-created or truncated")
+    summary.downstream_next = pairs[-1][1] + 1 if pairs else previous
+    first = None
+    if pairs:
+        summary.first, summary.last = pairs[0], pairs[-1]
+        summary.replay = spec.replay or _task_attempt() > 0
+        first = first_anchor(pairs[0], previous, summary.replay, spec.transactional)
+    position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
+    _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, delivered)
+    summary.syncs = 1
+
+
+def first_anchor(first: tuple[int, int], previous: int, replay: bool, transactional: bool) -> Anchor:
+    """The anchor of a batch's first copy (upstream, downstream) of a partition whose next copy was to land at
+    `previous` (-1: none yet, so this is its origin). A barrier (translation never reads across it) after a replay,
+    and, for idempotent writes, where something landed between `previous` and it: records of a writer that lost
+    the lease but still sent a request it had built (flow_lease, W4). Transactional writes leave a commit marker at
+    `previous`, so there a gap is normal."""
+    landed_between = not transactional and 0 <= previous < first[1]
+    return Anchor(first[0], first[1], barrier=replay or landed_between, origin=previous < 0)
+
+
+def _confirm_lease(spec: WriterSpec) -> None:
+    if spec.lease_member is not None:
+        LeaseGuard.confirm(spec.flow, spec.lease_member, spec.target_admin_settings, spec.lease_own_ids)
+
+
+def _task_attempt() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.attemptNumber() if ctx is not None else 0
+
+
+def _flush(producer: Producer, spec: WriterSpec, writes: list[_PartitionWrite]) -> None:
+    """Wait until the target acknowledged (or expired, W2) everything produced, confirming the lease every second
+    (W1: a writer that lost it purges what it has not sent); every _FLUSH_LOG_S name the partitions still waiting
+    and what the target's metadata says of them."""
+    begun = logged = time.monotonic()
+    while producer.flush(1.0) > 0:
+        _confirm_lease(spec)
+        if time.monotonic() - logged < _FLUSH_LOG_S:
+            continue
+        logged = time.monotonic()
+        waited = logged - begun
+        stuck = [w for w in writes if w.unacknowledged > 0]
+        named = "; ".join(f"{w.remote}-{w.tp[1]}: {w.unacknowledged} records, {_leader(producer, w)}"
+                          for w in stuck[:5]) + (f"; and {len(stuck) - 5} more partitions" if len(stuck) > 5 else "")
+        log.warning("flow %s: target %s has not acknowledged for %.0f s: %s; waiting",
+                    spec.flow, spec.target, waited, named or "the offset syncs")
+
+
+def _leader(producer: Producer, write: _PartitionWrite) -> str:
+    """The cause as the target's metadata shows it: no leader, or the leader and its in-sync replicas."""
+    try:
+        topic = producer.list_topics(write.remote, timeout=5).topics.get(write.remote)
+    except KafkaException as exc:
+        return f"metadata unavailable ({exc.args[0].str()})"
+    part = topic.partitions.get(write.tp[1]) if topic is not None and topic.error is None else None
+    if part is None:
+        return "the partition is unknown to the target"
+    if part.leader < 0:
+        return f"no leader ({part.error.str() if part.error else 'leader not available'})"
+    return f"leader broker {part.leader}, in sync {len(part.isrs)} of {len(part.replicas)} replicas" + (
+        f" ({part.error.str()})" if part.error else ": the leader is up, so a quota, a full disk or too few "
+                                                     "in-sync replicas hold the writes (its log says which)")
+
+
+def _headers(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
+    """Each record's headers from the HEADERS_SQL column, in order (None: it has none)."""
+    if column.null_count == len(column):
+        return [None] * len(column)
+    return [None if blob is None else decode_headers(blob) for blob in column.to_pylist()]
+
+
+_NULL_VALUE = 0xFFFFFFFF
+
+
+def decode_headers(blob: bytes) -> list[tuple[str, bytes | None]]:
+    """The headers HEADERS_SQL encoded, in order, duplicates kept; a null value stays None, an empty one b""."""
+    out: list[tuple[str, bytes | None]] = []
+    at, end = 0, len(blob)
+    while at < end:
+        size = int.from_bytes(blob[at:at + 4], "big")
+        key = blob[at + 4:at + 4 + size].decode()
+        at += 4 + size
+        size = int.from_bytes(blob[at:at + 4], "big")
+        if size == _NULL_VALUE:
+            out.append((key, None))
+            at += 4
+        else:
+            out.append((key, blob[at + 4:at + 4 + size]))
+            at += 4 + size
+    return out
+
+
+_LARGE_RECORD_BYTES = 4096
+# A record batch of one record: the batch header (61 bytes) and the record's own varint framing (at most ~40).
+RECORD_FRAMING_BYTES = 128
+
+
+def _failure_message(spec: WriterSpec, tp: TopicPartition, remote: str, offset: int, err: KafkaError,
+                     size: int, framed: int) -> str:
+    where = f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} offset {offset}"
+    if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        source_limit = _max_message_bytes(spec.source_admin_settings, tp[0])
+        target_limit = _max_message_bytes(spec.target_admin_settings, remote)
+        headers = " and the provenance header" if spec.provenance else ""
+        with_headers = f" ({framed} with its headers{headers})" if framed > size else ""
+        # The config sync copies the source's max.message.bytes: a remote topic raised by hand must be kept out.
+        return (f"{where}: a record of {size} bytes{with_headers} is too large for "
+                f"{spec.target} topic {remote} (max.message.bytes {target_limit} on {spec.target}, {source_limit} on "
+                f"{spec.source}): set {remote}'s max.message.bytes to at least {framed + RECORD_FRAMING_BYTES} and "
+                "add max.message.bytes to config.properties.exclude, so that the config sync keeps it")
+    return f"{where}: {spec.target} topic {remote} refused the record: {err.str()}"
+
+
+def _max_message_bytes(settings: Mapping[str, Any], topic: str) -> str:
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        admin = AdminClient(dict(settings))  # kept referenced until the answer: a dropped client aborts it
+        entries = admin.describe_configs([resource])[resource].result(timeout=10)
+        return str(entries["max.message.bytes"].value)
+    except Exception:  # the message is already an error report; an unknown limit must not hide it
+        return "unknown"
+
+
+# Producers live as long as the Python worker (Spark reuses workers across tasks).
+_PRODUCERS: dict[str, Producer] = {}
+# Batching and compression: the target's `producer.*` settings win (a WAN link wants compression).
+_PRODUCER_TUNING = {"linger.ms": 5, "batch.size": 1_048_576, "compression.type": "none",
+                    # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits.
+                    "queue.buffering.max.kbytes": 65_536}
+# What the delivery guarantees rest on: never a target's setting.
+_PRODUCER_FIXED = {"acks": "all", "enable.idempotence": True, "message.max.bytes": 100_000_000,
+                   "message.timeout.ms": DELIVERY_TIMEOUT_MS}  # flow_lease W2
+# The writer's own, or another name for one of the above (delivery.timeout.ms is message.timeout.ms).
+_PRODUCER_DROPPED = {"delivery.timeout.ms", "transactional.id", "transaction.timeout.ms",
+                     "max.in.flight.requests.per.connection", "retries"}
+
+
+def producer_config(target_settings: Mapping[str, Any], transactional_id: str | None = None) -> dict[str, Any]:
+    """A writer producer's librdkafka settings: the target's producer settings over the writer's batching defaults,
+    under what delivery rests on (acks, idempotence, the W2 timeout) and, given one, the transactional id."""
+    tuned = {k: v for k, v in target_settings.items() if k not in _PRODUCER_DROPPED}
+    transactional = {} if transactional_id is None else {
+        "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+    return {**_PRODUCER_TUNING, **tuned, **_PRODUCER_FIXED, **transactional}
+
+
+def check_producer_tuning(target_settings: Mapping[str, Any], target: str) -> None:
+    """Raise ConfigError for a batching setting librdkafka would refuse in the writer (Java allows batch.size 0)."""
+    for key, low, high in (("batch.size", 1, None), ("linger.ms", 0, DELIVERY_TIMEOUT_MS - 1)):
+        if key not in target_settings:
+            continue
+        try:
+            value = float(target_settings[key])
+        except (TypeError, ValueError):
+            value = float("nan")
+        if not (value >= low and (high is None or value <= high)):  # NaN fails both
+            bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+            raise ConfigError(f"{target_settings[key]!r}: the stream's writer needs {bound}",
+                              key=f"{target}.producer.{key}")
+
+
+def _idempotent_producer(spec: WriterSpec) -> Producer:
+    key = f"{spec.flow}/idempotent"
+    producer = _PRODUCERS.get(key)
+    if producer is None:
+        producer = Producer(producer_config(spec.producer_settings))
+        _PRODUCERS[key] = producer
+    return producer
+
+
+def transactional_id(source: str, target: str, slot: int) -> str:
+    """Stable per flow and task slot, so that any two writers of one slot fence each other."""
+    return f"mirrorflow-{source}-{target}.writer-{slot}"
+
+
+def driver_transactional_id(source: str, target: str) -> str:
+    """The stream driver's own writes (anchors, losses, releases): fenced by the next holder of the lease."""
+    return f"mirrorflow-{source}-{target}.driver"
+
+
+def partition_transactional_id(source: str, target: str, tp: TopicPartition) -> str:
+    """The id of versions before task slots: one per flow and source partition (fenced once, after an upgrade)."""
+    return f"mirrorflow-{source}-{target}-{tp[0]}-{tp[1]}"
+
+
+# Which producer of this host last initialised a transactional id: "pid:token", one small file per id. A worker
+# keeps its producer for the next task of the same slot only while the mark is still its own (Spark may run that
+# task in another worker, whose init fences this producer) and the driver has not fenced the ids since.
+_MARKS = Path(tempfile.gettempdir()) / f"mirrorflow-writers-{os.getuid()}"
+_TOKENS: dict[str, tuple[str, int]] = {}  # transactional id -> (this worker's mark, the driver's fencing it followed)
+
+
+def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
+    """The task slot's transactional producer, and whether an earlier task of this worker initialised it.
+
+    A retried task (attempt > 0) always initialises afresh: that aborts what the failed attempt left open.
+    """
+    slot = _task_slot()
+    tid = transactional_id(spec.source, spec.target, slot)
+    mark = _MARKS / hashlib.sha1(tid.encode()).hexdigest()
+    kept = _PRODUCERS.get(tid)
+    token, fenced = _TOKENS.get(tid, (None, None))
+    if (kept is not None and spec.keep_producers and _task_attempt() == 0 and fenced == spec.fenced
+            and _read_mark(mark) == token):
+        return kept, True
+    _discard(spec, tid)
+    _confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
+    producer = Producer(producer_config(spec.producer_settings, tid))
+    producer.init_transactions(60)
+    token = f"{os.getpid()}:{uuid.uuid4().hex}"
+    _PRODUCERS[tid] = producer
+    try:
+        _MARKS.mkdir(exist_ok=True)
+        staged = mark.with_suffix(f".{os.getpid()}")
+        staged.write_text(token)
+        staged.replace(mark)
+        _TOKENS[tid] = (token, spec.fenced)
+    except OSError:
+        pass  # no mark, so the producer is not kept: the slot's next task initialises a new one
+    return producer, False
+
+
+def _read_mark(mark: Path) -> str | None:
+    try:
+        return mark.read_text()
+    except OSError:
+        return None
+
+
+def _discard(spec: WriterSpec, tid: str | None = None) -> None:
+    """Forget this worker's producer of the task slot (transactional): the slot's next task initialises a new one."""
+    if spec.transactional or spec.fence_syncs:
+        tid = tid or transactional_id(spec.source, spec.target, _task_slot())
+        _PRODUCERS.pop(tid, None)
+        _TOKENS.pop(tid, None)
+
+
+def _task_slot() -> int:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+TRANSACTION_TIMEOUT_MS = 600_000
+_FENCING_THREADS = 32
+
+
+def fence(flow: str, target: str, producer_settings: Mapping[str, Any], transactional_ids: list[str],
+          keep_alive: Callable[[], object] = lambda: True, threads: int = _FENCING_THREADS) -> None:
+    """Abort every transaction a crashed instance of the flow left open, and fence its writers.
+
+    Until then the target's last stable offset stays behind those transactions, and the offset syncs
+    committed after them by other tasks would be invisible to a read_committed reader. The ids are
+    initialised concurrently; `keep_alive` runs every half second meanwhile (the driver serves its lease).
+    """
+    def init(tid: str) -> None:
+        producer = Producer(producer_config(producer_settings, tid))
+        try:
+            producer.init_transactions(60)
+        except KafkaException as exc:
+            raise OperationalError(f"flow {flow}: cannot fence writer {tid} on {target}: {exc.args[0].str()}") from None
+
+    begun = time.monotonic()
+    pool = ThreadPoolExecutor(threads, thread_name_prefix="mirrorflow-fence")
+    try:
+        pending = {pool.submit(init, tid) for tid in transactional_ids}
+        while pending:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_EXCEPTION)
+            for future in done:
+                future.result()  # the first failure, as it is
+            if keep_alive() is False:
+                raise OperationalError(f"flow {flow}: the lease was lost while fencing; nothing more is fenced")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # after a failure, the ids not yet begun are not tried
+    log.info("flow %s: fenced %d transactional writers in %.1f s", flow, len(transactional_ids),
+             time.monotonic() - begun)
+
+
+def _committed_positions(spec: WriterSpec) -> Mapping[TopicPartition, Position]:
+    """After a task retry, a previous attempt may have committed: ask the target (once a task), not the driver."""
+    if _task_attempt() == 0:
+        return {}
+    return offset_sync_log.read(spec.consumer_settings, spec.syncs_topic).positions
+
+
+_ARROW_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()), ("records", pa.int64()),
+    ("bytes", pa.int64()), ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()),
+    ("filtered", pa.int64()),
+    ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("first_upstream", pa.int64()),
+    ("first_downstream", pa.int64()), ("last_upstream", pa.int64()), ("last_downstream", pa.int64()),
+    ("replay", pa.bool_()), ("syncs", pa.int64()),
+    ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
+    ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
+    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()), ("aborted", pa.bool_()),
+    ("producer_inits", pa.int64()), ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
+    ("digest_refused", pa.list_(pa.int64())), ("digest_xors", pa.list_(pa.int64())),
+    ("digest_target_firsts", pa.list_(pa.int64())),
+])

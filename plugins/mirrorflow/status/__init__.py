@@ -1,0 +1,1 @@
+"""A flow's status: metrics with MM2's names, the Prometheus endpoint and the status files."""
