@@ -65,7 +65,7 @@ test-unit: setup
 # the runbook DAGs; prints one report (RPO, audit-measured loss, RTO, records the moved group lost and re-read).
 # About 8 minutes; not part of `make test`.
 drill: setup
-	$(BIN)/python tests/dr_drill.py --seconds 30
+	PYTHONPATH=tests $(BIN)/python -m support.dr_drill --seconds 30
 
 # MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd; across a WAN through Toxiproxy) vs Kafka's perf
 # tools, one run (about 40 minutes, 11 of them idle spells; not part of `make test`).

@@ -69,7 +69,7 @@ def produce_transactions(topic: str, partitions: int, transactions: int, per_tra
 def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float = 1800, poll_s: float = 1.0) -> float:
     from mirrorflow.kafka import offset_sync_log
     from mirrorflow.rules import offset_syncs
-    from streams import end_offsets, wait_for
+    from support.streams import end_offsets, wait_for
 
     source = cfg.flow(flow).source
     target = bootstrap(cfg.flow(flow).target)
@@ -93,7 +93,7 @@ def wait_mirrored(cfg: Any, flow: str, topic: str, stream: Any, timeout: float =
 def syncs_size(target: str, source: str) -> dict[str, int]:
     from mirrorflow.kafka import offset_sync_log
     from mirrorflow.rules import offset_syncs
-    from streams import end_offsets
+    from support.streams import end_offsets
 
     state = offset_sync_log.read({"bootstrap.servers": target, **QUIET}, offset_syncs.topic_name(source))
     return {"live": state.live_records(), "written": end_offsets(target, offset_syncs.topic_name(source))[0],
@@ -101,7 +101,7 @@ def syncs_size(target: str, source: str) -> dict[str, int]:
 
 
 def commit_groups(topic: str, partitions: int, groups: list[str], rng: random.Random) -> dict[str, dict[int, int]]:
-    from streams import end_offsets
+    from support.streams import end_offsets
 
     ends = end_offsets(bootstrap("src"), topic)
     admin = AdminClient({"bootstrap.servers": bootstrap("src"), **QUIET})
@@ -127,7 +127,7 @@ def timed_round(cfg: Any, flow: str) -> tuple[float, list[Any]]:
 
 def check_exact(results: list[Any], groups: set[str], target: str) -> int:
     """Every translation of the groups is exact and agrees with the target's records; partitions checked."""
-    from streams import origin, read_partition
+    from support.streams import origin, read_partition
 
     cache: dict[tuple[str, int], list[tuple[int, int]]] = {}
     checked = 0
@@ -170,7 +170,7 @@ def main() -> None:
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
     from mirrorflow.dev import local
     from mirrorflow.model import config
-    from streams import StreamProcess, create_topic
+    from support.streams import StreamProcess, create_topic
 
     text = "\n".join([
         "clusters = src, dst, eos", *(f"{a}.bootstrap.servers = {bootstrap(a)}" for a in PORTS),

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mirrorflow.dev import local
 from mirrorflow.model import config
-
-REPO = Path(__file__).resolve().parent.parent
-PORTS = {"alpha": 25092, "beta": 25192, "gamma": 25292}
-SECURE_ALIAS = "gamma"
+from support.clusters import REPO, clusters_text
 
 
 @pytest.fixture(scope="session")
@@ -40,23 +35,6 @@ def cluster_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-
-
-def clusters_text() -> str:
-    return f"""
-clusters = alpha, beta, gamma
-alpha.bootstrap.servers = 127.0.0.1:{PORTS['alpha']}
-beta.bootstrap.servers = 127.0.0.1:{PORTS['beta']}
-gamma.bootstrap.servers = 127.0.0.1:{PORTS['gamma']}
-gamma.security.protocol = SASL_PLAINTEXT
-gamma.sasl.mechanism = SCRAM-SHA-512
-gamma.sasl.jaas.config = org.apache.kafka.common.security.scram.ScramLoginModule required \\
-    username="admin" password="${{env:GAMMA_PASSWORD}}";
-alpha->beta.enabled = true
-beta->alpha.enabled = true
-alpha->gamma.enabled = true
-replication.factor = 1
-"""
 
 
 @pytest.fixture(scope="session")
@@ -102,35 +80,6 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     return home
-
-
-@contextlib.contextmanager
-def deployment(config_path: Path) -> Iterator[Any]:
-    """The repo's DAGs as Airflow parses them for a deployment using `config_path`.
-
-    The config stays selected for the block: `dag.test()` parses the DAG file again when it serializes it.
-    """
-    from airflow.dag_processing.dagbag import DagBag
-
-    saved = os.environ.get("MIRRORFLOW_CONFIG")
-    os.environ["MIRRORFLOW_CONFIG"] = str(config_path)
-    try:
-        yield DagBag(dag_folder=str(REPO / "dags"))
-    finally:
-        if saved is None:
-            del os.environ["MIRRORFLOW_CONFIG"]
-        else:
-            os.environ["MIRRORFLOW_CONFIG"] = saved
-
-
-@contextlib.contextmanager
-def own_broker(cfg: config.MirrorConfig, alias: str) -> Iterator[None]:
-    """A broker for one test module (a cluster it may stop), removed with its data afterwards."""
-    local.up(cfg, [alias])
-    try:
-        yield
-    finally:
-        local.down(cfg, [alias], purge=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

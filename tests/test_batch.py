@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient
-from conftest import PORTS, REPO, deployment
 from mirrorflow.jobs import audit, backfill
 from mirrorflow.jobs.ranges import Window
 from mirrorflow.kafka import admin_sync, offset_sync_log
@@ -27,7 +26,9 @@ from mirrorflow.model import config
 from mirrorflow.rules import offset_syncs
 from mirrorflow.rules.offset_syncs import Position
 from mirrorflow.rules.provenance import HEADER, Provenance
-from streams import (
+from support.airflow import deployment
+from support.clusters import PORTS, REPO
+from support.streams import (
     StreamProcess,
     config_text,
     create_topic,

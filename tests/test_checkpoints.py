@@ -19,13 +19,14 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
-from conftest import PORTS, deployment
 from mirrorflow.jobs import checkpoints
 from mirrorflow.jobs.checkpoints import Checkpoint
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.model import config, paths
 from mirrorflow.spark import maven
-from streams import (
+from support.airflow import deployment
+from support.clusters import PORTS
+from support.streams import (
     QUIET,
     StreamProcess,
     config_text,

@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from conftest import deployment
+from support.airflow import deployment
 
 pytestmark = pytest.mark.airflow
 

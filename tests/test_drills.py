@@ -21,11 +21,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
-from dr_drill import Drill, Scheduler, drill_config, rss_mib, run_dag
 from mirrorflow.dev import local, netfaults
 from mirrorflow.jobs.stream import STALL_MIN_S
 from mirrorflow.model import config
-from streams import QUIET, SteadyProducer, StreamProcess, end_offsets, mirrored_offsets, read_partition, wait_for
+from support.dr_drill import Drill, Scheduler, drill_config, rss_mib, run_dag
+from support.streams import (
+    QUIET,
+    SteadyProducer,
+    StreamProcess,
+    end_offsets,
+    mirrored_offsets,
+    read_partition,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 API_PORT = 25474

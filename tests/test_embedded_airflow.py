@@ -18,13 +18,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from conftest import PORTS
 from mirrorflow.dev import local_airflow
 from mirrorflow.jobs import lifecycle
 from mirrorflow.kafka import clients, flow_lease
 from mirrorflow.model import config
 from mirrorflow.status import metrics
-from streams import create_topic, wait_for
+from support.clusters import PORTS
+from support.streams import create_topic, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
 PORT = "25080"

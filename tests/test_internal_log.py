@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from conftest import PORTS
 from mirrorflow.kafka.internal_log import InternalLog, read_to_ends
-from streams import create_topic, producer
+from support.clusters import PORTS
+from support.streams import create_topic, producer
 
 pytestmark = [pytest.mark.kafka]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"

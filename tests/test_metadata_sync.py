@@ -30,12 +30,13 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
-from conftest import PORTS, clusters_text, deployment, own_broker
 from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync, clients
 from mirrorflow.model import config, drift
 from mirrorflow.model.drift import AddPartitions, CreateAcl, CreateTopic, DeleteConfig, Notice, SetConfig
-from streams import create_topic
+from support.airflow import deployment
+from support.clusters import PORTS, clusters_text, own_broker
+from support.streams import create_topic
 
 pytestmark = pytest.mark.kafka
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
-from conftest import PORTS
 from mirrorflow.jobs.stream import StreamOptions, _Driver
 from mirrorflow.kafka import admin_sync, offset_sync_log
 from mirrorflow.kafka.target_reader import TargetRecords
@@ -15,7 +14,8 @@ from mirrorflow.model import config
 from mirrorflow.rules.offset_syncs import OffsetRun, Position
 from mirrorflow.rules.provenance import HEADER, Provenance
 from mirrorflow.rules.translation import PartitionSyncs, target_offsets
-from streams import QUIET, config_text, create_topic
+from support.clusters import PORTS
+from support.streams import QUIET, config_text, create_topic
 
 pytestmark = [pytest.mark.kafka]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"

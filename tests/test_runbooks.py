@@ -22,12 +22,13 @@ from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from conftest import PORTS, deployment
 from mirrorflow.jobs import lifecycle
 from mirrorflow.kafka import clients, flow_lease
 from mirrorflow.model import config
 from mirrorflow.status import metrics
-from streams import (
+from support.airflow import deployment
+from support.clusters import PORTS
+from support.streams import (
     QUIET,
     create_topic,
     end_offsets,

@@ -15,13 +15,13 @@ from collections.abc import Iterator
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
-from conftest import PORTS
 from mirrorflow.dev import local
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.kafka.target_reader import TargetRecords
 from mirrorflow.model import config
 from mirrorflow.rules.translation import PartitionSyncs, target_offsets
-from streams import (
+from support.clusters import PORTS
+from support.streams import (
     QUIET,
     SteadyProducer,
     StreamProcess,

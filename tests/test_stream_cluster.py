@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pyspark
 import pytest
-from conftest import PORTS
 from mirrorflow.model import config
-from streams import (
+from support.clusters import PORTS
+from support.streams import (
     StreamProcess,
     config_text,
     create_topic,

@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from conftest import PORTS
 from mirrorflow.dev import local
 from mirrorflow.jobs import ranges
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.model import config
 from mirrorflow.rules import offset_syncs
-from streams import (
+from support.clusters import PORTS
+from support.streams import (
     QUIET,
     StreamProcess,
     config_text,

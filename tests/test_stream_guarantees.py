@@ -16,11 +16,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import PORTS
 from mirrorflow.jobs import topology
 from mirrorflow.model import config
 from mirrorflow.rules.provenance import HEADER, Provenance
-from streams import (
+from support.clusters import PORTS
+from support.streams import (
     SteadyProducer,
     StreamProcess,
     config_text,

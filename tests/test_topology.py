@@ -11,12 +11,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import clusters_text
 from mirrorflow.jobs import topology
 from mirrorflow.kafka import clients, heartbeats
 from mirrorflow.model import config, paths
 from mirrorflow.spark import maven
-from streams import StreamProcess, wait_for
+from support.clusters import clusters_text
+from support.streams import StreamProcess, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

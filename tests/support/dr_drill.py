@@ -1,6 +1,7 @@
 """DR drill: planned and unplanned failover, and failback, under steady traffic, with one report.
 
-    make drill                      # or: .venv/bin/python tests/dr_drill.py [--seconds 60] [--rate 400]
+    make drill                      # or: PYTHONPATH=tests .venv/bin/python -m support.dr_drill [--seconds 60]
+                                    #     [--rate 400]
 
 Two three-broker clusters (`primary` on ports 25800-25805, `backup` on 25900-25905; replication factor 3,
 min.insync.replicas 2) under a temporary MIRRORFLOW_HOME and AIRFLOW_HOME. An application, a producer writing
@@ -43,9 +44,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
-from streams import QUIET, StreamProcess
 
-REPO = Path(__file__).resolve().parent.parent
+from support.streams import QUIET, StreamProcess
+
+REPO = Path(__file__).resolve().parents[2]
 PRIMARY_PORTS, BACKUP_PORTS = (25800, 25802, 25804), (25900, 25902, 25904)
 
 
@@ -407,14 +409,14 @@ class Drill:
 
     def _wait_readable(self, alias: str, topic: str) -> None:
         """Until every partition of the topic has a leader that answers offset requests again."""
-        from streams import end_offsets, wait_for
+        from support.streams import end_offsets, wait_for
 
         wait_for(lambda: len(end_offsets(self.bootstraps[alias], topic)) == 3, 120, f"{topic} readable on {alias}")
 
     def _oldest_missing(self, topic: str, source: str, target: str) -> float | None:
         """Read on both clusters: the creation time of the oldest record of `topic` on `source` whose copy is not
         on `target` (values are unique), None when every one is there."""
-        from streams import read_partition
+        from support.streams import read_partition
 
         remote = self.cfg.flow(f"{source}->{target}").policy.remote_topic(source, topic)
         there = {m.value() for p in range(3) for m in read_partition(self.bootstraps[target], remote, p,

@@ -1,0 +1,1 @@
+"""Helpers the tests, the drill and the benchmarks share: clusters, streams, deployments."""
