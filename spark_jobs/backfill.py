@@ -8,7 +8,7 @@ Takes the arguments of `mirrorflow backfill`.
 
 import sys
 
-from mirrorflow.entry.cli import spark_submit_main
+from mirrorflow.entry.spark_jobs import submit_main
 
 if __name__ == "__main__":
-    sys.exit(spark_submit_main("backfill", sys.argv[1:]))
+    sys.exit(submit_main("backfill", sys.argv[1:]))

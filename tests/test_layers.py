@@ -86,3 +86,14 @@ def _module_of(imported: str) -> str:
 ])
 def test_the_rule_itself(importer: str, imported: str, ok: bool) -> None:
     assert allowed(importer, imported) is ok
+
+
+def test_a_spark_job_entry_point_loads_its_own_commands_not_the_whole_command_line() -> None:
+    import subprocess
+    import sys
+
+    probe = ("import sys; import mirrorflow.entry.spark_jobs; print(sorted(m for m in sys.modules "
+             "if m.startswith(('mirrorflow.entry.cli', 'mirrorflow.dev'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == ("['mirrorflow.entry.cli', 'mirrorflow.entry.cli.batch', 'mirrorflow.entry.cli.common', "
+                              "'mirrorflow.entry.cli.flows']"), loaded

@@ -2,7 +2,7 @@
 
 import sys
 
-from mirrorflow.entry.cli import main
+from mirrorflow.entry.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main())
