@@ -68,7 +68,8 @@ with DAG(dag_id="mirrorflow_backfill", schedule=None, start_date=deployment.STAR
              "to_time": Param(None, type=["null", "string"], title="To time",
                               description="Stop before records at or after this time; empty: up to now"),
              "topics": Param(None, type=["null", "string"], title="Topics (regex)",
-                             description="Only source topics matching this regex; empty: every topic of the flow"),
+                             description="Only source topics this Java regex matches whole (as the config's topics); "
+                                         "empty: every topic of the flow"),
              "pause": Param(False, type="boolean", title="Pause the stream",
                             description="Stop the flow's running stream for the backfill and ask it to run again "
                                         "after (without this, a running stream makes the backfill refuse)"),

@@ -246,7 +246,8 @@ def test_the_hourly_audit_of_a_standby_flow_succeeds_with_nothing_to_audit(airfl
                            logical_date=HOUR + timedelta(hours=1))
     assert state == "success" and xcom["complete"] and xcom["partitions"] == [], xcom
     assert "nothing to audit: no topic on depot" in xcom["summary"]
-    with pytest.raises(config.ConfigError, match="no topic on depot matches --topics"):  # asked for by name: an error
+    # Asked for by name: an error.
+    with pytest.raises(config.ConfigError, match="no topic on depot matches topics regex"):
         audit.run(config.load(path), "depot->quarry", topics=r"standby\.orders")
 
 

@@ -37,3 +37,12 @@ def test_the_part_below_a_position_never_widens_the_range_and_leaves_the_rest_to
     assert r.start == part.start <= part.end <= r.end
     assert part.end <= max(position, r.start)
     assert part.end == r.end or part.end == max(position, r.start)
+
+
+def test_a_batch_jobs_topics_are_one_java_regex_matching_whole_names() -> None:
+    wanted = ranges.topic_filter(r"\Qorders.eu\E|pay(?<kind>ments)")
+    assert [t for t in ("orders.eu", "ordersXeu", "orders.eu.old", "payments", "payments2") if wanted(t)] == [
+        "orders.eu", "payments"]
+    assert ranges.topic_filter(None)("anything")
+    with pytest.raises(ConfigError, match=r"topics regex '\[a&&b\]' is not valid: .*intersection"):
+        ranges.topic_filter("[a&&b]")

@@ -34,6 +34,7 @@ from mirrorflow.kafka.target_reader import TargetRecords
 from mirrorflow.model import selection
 from mirrorflow.model.config import Flow, MirrorConfig
 from mirrorflow.rules import offset_syncs, translation
+from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.policy import is_heartbeats_topic
 
 EARLIEST = -2
@@ -127,7 +128,7 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
     source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
     source_admin, target_admin = clients.admin(source), clients.admin(target)
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
-    wanted = _topic_filter(topics)
+    wanted = topic_filter(topics)
     partitions = [(t, p) for t, n in sorted(counts.items())
                   if selection.replicates(flow, t) and not is_heartbeats_topic(flow.policy, t) and wanted(t)
                   for p in range(n)]
@@ -137,7 +138,7 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
         return []
     if not partitions:
         raise ConfigError(f"flow {flow.name}: no topic on {source.alias} matches"
-                          f"{' --topics ' + topics if topics else ''} among the topics the flow replicates")
+                          f"{' topics regex ' + topics if topics else ''} among the topics the flow replicates")
     isolation = IsolationLevel.READ_COMMITTED if cfg.reads_committed(flow) else IsolationLevel.READ_UNCOMMITTED
     earliest = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     latest = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
@@ -175,13 +176,14 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
     return out
 
 
-def _topic_filter(topics: str | None) -> Callable[[str], bool]:
+def topic_filter(topics: str | None) -> Callable[[str], bool]:
+    """A batch job's topics: one Java regex matching whole names, like every topic filter of the flow's config."""
     if topics is None:
         return lambda topic: True
     try:
-        pattern = re.compile(topics)
-    except re.error as exc:
-        raise ConfigError(f"--topics {topics!r} is not a regular expression: {exc}") from None
+        pattern = re.compile(java_regex_to_python(topics))
+    except (ConfigError, re.error) as exc:
+        raise ConfigError(f"topics regex {topics!r} is not valid: {exc}") from None
     return lambda topic: pattern.fullmatch(topic) is not None
 
 

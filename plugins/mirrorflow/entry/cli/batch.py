@@ -39,7 +39,9 @@ def _add_range(p: argparse.ArgumentParser, start: Any = None) -> None:
                               help="the first record's time: ISO 8601 (UTC if no zone) or epoch ms")
     p.add_argument("--to-time", metavar="T", type=checked(ranges.parse_time),
                    help="stop before records at or after T (default: now)")
-    p.add_argument("--topics", metavar="REGEX", help="only source topics matching REGEX (default: the flow's)")
+    p.add_argument("--topics", metavar="REGEX",
+                   help="only source topics REGEX matches whole (a Java regex, as the config's topics; "
+                        "default: the flow's)")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     add_json(p)
 
