@@ -105,7 +105,7 @@ def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window:
     flow = cfg.flow(flow_name)
     audit.require_provenance(flow, "backfill")
     if from_offsets is None and window.from_ms is None:
-        raise ConfigError("backfill needs where to start: --from-offsets or --from-time")
+        raise ConfigError("backfill needs where to start: start offsets or a from time")
     target = cfg.cluster(flow.target)
     target_admin = clients.admin(target)
     syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)

@@ -106,16 +106,16 @@ def parse_offsets(text: str) -> dict[str, dict[int, int]]:
     try:
         data = json.loads(text)
     except ValueError as exc:
-        raise ConfigError(f"--from-offsets is not JSON: {exc}") from None
+        raise ConfigError(f"the start offsets are not JSON: {exc}") from None
     if not isinstance(data, dict) or not data:
-        raise ConfigError('--from-offsets must be an object like {"orders": {"0": 10, "1": -2}}')
+        raise ConfigError('the start offsets must be an object like {"orders": {"0": 10, "1": -2}}')
     out: dict[str, dict[int, int]] = {}
     for topic, parts in data.items():
         if not isinstance(parts, dict) or not parts:
-            raise ConfigError(f'--from-offsets: topic {topic}: expected {{"partition": offset, ...}}')
+            raise ConfigError(f'start offsets: topic {topic}: expected {{"partition": offset, ...}}')
         for p, o in parts.items():
             if not str(p).isdigit() or not isinstance(o, int) or isinstance(o, bool) or (o < 0 and o != EARLIEST):
-                raise ConfigError(f"--from-offsets: topic {topic}: partition {p!r} -> {o!r}: expected a "
+                raise ConfigError(f"start offsets: topic {topic}: partition {p!r} -> {o!r}: expected a "
                                   "partition number and an offset >= 0 (or -2 for the earliest)")
             out.setdefault(topic, {})[int(p)] = o
     return out
@@ -199,8 +199,8 @@ def _named(flow: Flow, counts: Mapping[str, int], partitions: Sequence[tuple[str
                 elif selection.replicates(flow, topic) and p >= counts[topic]:
                     why = f"{flow.source} topic {topic} has {counts[topic]} partitions"
                 else:
-                    why = f"{flow.source} topic {topic} is not replicated by the flow (or --topics excludes it)"
-                raise ConfigError(f"--from-offsets: {topic} partition {p}: {why}")
+                    why = f"{flow.source} topic {topic} is not replicated by the flow (or the topics regex excludes it)"
+                raise ConfigError(f"start offsets: {topic} partition {p}: {why}")
             out.append((topic, p))
     return out
 
