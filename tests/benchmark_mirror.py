@@ -55,13 +55,14 @@ WAN_API, WAN_ONE_WAY_MS = 26474, 25
 QUIET = {"log_level": 3}
 # MM2's documented tuning for high volume (Strimzi/Streams guide: producer batch 320 KiB, consumer fetch 50 MiB,
 # 1 MiB per partition, 500 records per poll), with mirrorflow's own linger (5 ms) so neither waits longer to send.
-MM2_TUNING = """tasks.max = 12
-dst.producer.batch.size = 327680
-dst.producer.linger.ms = 5
-{source}.consumer.fetch.max.bytes = 52428800
-{source}.consumer.max.partition.fetch.bytes = 1048576
-{source}.consumer.max.poll.records = 500
-"""
+MM2_TUNING = {
+    "tasks.max": "12",
+    "dst.producer.batch.size": "327680",
+    "dst.producer.linger.ms": "5",
+    "{source}.consumer.fetch.max.bytes": "52428800",
+    "{source}.consumer.max.partition.fetch.bytes": "1048576",
+    "{source}.consumer.max.poll.records": "500",
+}
 # Kafka's guidance for a high-latency link (its "Datacenters" section: larger socket buffers) and larger fetches, so
 # that each round trip carries more, with compression on the target; the same block for both mirrors, on top of
 # MM2_TUNING for MM2 (this block's fetch size replaces MM2_TUNING's).
@@ -77,16 +78,18 @@ WAN_TUNING = {
 MIRRORFLOW_WAN = {"{source}.consumer.max.poll.records": "10000"}
 
 
+def as_properties(tuning: dict[str, str], source: str) -> str:
+    """Properties lines of a tuning block, its `{source}` placeholders naming the source alias."""
+    return "".join(f"{k.format(source=source)} = {v}\n" for k, v in tuning.items())
+
+
 def mm2_tuning(source: str, override: dict[str, str] | None = None) -> str:
     """MM2_TUNING for source `source`, with `override`'s keys (same `{source}` placeholders) replacing or adding."""
-    lines = dict(line.split(" = ", 1) for line in MM2_TUNING.strip().splitlines())
-    lines |= override or {}
-    return "".join(f"{k.format(source=source)} = {v}\n" for k, v in lines.items())
+    return as_properties({**MM2_TUNING, **(override or {})}, source)
 
 
 def wan_tuning(source: str, mirrorflow: bool = False) -> str:
-    tuning = {**WAN_TUNING, **(MIRRORFLOW_WAN if mirrorflow else {})}
-    return "".join(f"{k.format(source=source)} = {v}\n" for k, v in tuning.items())
+    return as_properties({**WAN_TUNING, **(MIRRORFLOW_WAN if mirrorflow else {})}, source)
 
 
 def compressible_payloads(count: int = 512, seed: int = 7) -> list[bytes]:
@@ -632,7 +635,7 @@ def main() -> None:
             payloads = compressible_payloads()
             produce(["wan"], args.records, payloads, compression="lz4")
             print(f"WAN tuning (both mirrors):\n{wan_tuning('<source>')}mirrorflow's own:\n"
-                  f"{wan_tuning('<source>', mirrorflow=True).removeprefix(wan_tuning('<source>'))}", flush=True)
+                  f"{as_properties(MIRRORFLOW_WAN, '<source>')}", flush=True)
             local_, remote = {"src": f"127.0.0.1:{SRC}", "dst": f"127.0.0.1:{DST}"}, {
                 alias: f"127.0.0.1:{proxy}" for alias, (_, proxy) in WAN_PORTS.items()}
             sides = {"target": ("src", "the target: reads cross the WAN"),
