@@ -354,10 +354,11 @@ def _payload(message: Any) -> int:
 # into requests (one waiting to be sent, or the rest of one half written: batch.size, 1 MiB, each; two as a margin),
 # and the writer hands up to 63 more records over before its next lease check.
 _LATE_PAYLOAD_BOUND = 2 * 1_048_576
+# Exactly-once records take the default's writer path (transactions of the task slots' ids, fenced alike): its
+# fencing of a second instance is proven in test_stream_guarantees, and a frozen one here would prove it twice.
 _FROZEN_MODES = {  # mode -> (source alias, target alias, flow settings)
     "at-least-once": ("icy", "thaw", ""),
     "at-least-once-idempotent": ("ici", "thai", "mirrorflow.records.fenced = false\n"),
-    "exactly-once": ("icx", "thax", "{target}.exactly.once.source.support = enabled\n"),
 }
 
 

@@ -192,25 +192,29 @@ def up(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = Fals
 
 
 def down(config: MirrorConfig, aliases: Iterable[str] = (), *, purge: bool = False) -> list[BrokerStatus]:
-    """Stop the brokers this launcher started (SIGTERM, then SIGKILL after 30 s), broker-only nodes first."""
+    """Stop the brokers this launcher started (SIGTERM, then SIGKILL after 30 s), broker-only nodes first.
+
+    With `purge`, their data is deleted next, so a clean shutdown would keep nothing: every broker is killed at once
+    (a KRaft cluster stopped one node at a time waits out each later node's lost quorum)."""
     brokers = local_brokers(config, aliases)
     named = {b.folder for b in brokers}
     extra = [LocalBroker(b.alias, b.host, 0, False, folder, int(folder.name[5:]))
              for b in brokers if b.node_id == 1
              for folder in sorted(b.folder.glob("node-*")) if folder.name[5:].isdigit() and folder not in named]
     for b in sorted([*brokers, *extra], key=lambda b: -b.node_id):
-        stop(b)
+        stop(b, kill=purge)
     if purge:
         for b in brokers:
             shutil.rmtree(b.folder, ignore_errors=True)
     return [_status(b) for b in brokers]
 
 
-def stop(broker: LocalBroker) -> None:
-    """Stop one broker of a cluster (a broker failure, for a test or a drill); `up` starts it again."""
+def stop(broker: LocalBroker, *, kill: bool = False) -> None:
+    """Stop one broker of a cluster (a broker failure, for a test or a drill); `up` starts it again. `kill`: SIGKILL
+    at once, no clean shutdown."""
     pid = _running_pid(broker)
     if pid is not None:
-        _terminate(pid)
+        _terminate(pid, timeout=0.0 if kill else 30.0)
     broker.pid_file.unlink(missing_ok=True)
 
 
@@ -467,18 +471,19 @@ def _log_tail(b: LocalBroker, lines: int = 3) -> str:
 
 
 def _terminate(pid: int, timeout: float = 30.0) -> None:
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
-            _reap(pid)
+    """SIGTERM to the process group, SIGKILL after `timeout` s (at once for 0); returns once the process is gone."""
+    steps = [(signal.SIGTERM, timeout)] if timeout > 0 else []
+    for sig, wait in [*steps, (signal.SIGKILL, 10.0)]:
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
             return
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not Path(f"/proc/{pid}").exists() or _is_zombie(pid):
+                _reap(pid)
+                return
+            time.sleep(0.05)
     _reap(pid)
 
 
