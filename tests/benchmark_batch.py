@@ -51,6 +51,7 @@ def main() -> None:
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
     from mirrorflow.dev import local
     from mirrorflow.jobs import audit, backfill
+    from mirrorflow.kafka.link import FlowLink
     from mirrorflow.model import config
     from mirrorflow.spark import spark_session
 
@@ -69,11 +70,11 @@ def main() -> None:
             spark = spark_session.build(f"bench {name}")
             begun = time.monotonic()
             if name.startswith("audit"):
-                report = audit.run(cfg, "src->dst", spark=spark)
+                report = audit.run(FlowLink.of(cfg, "src->dst"), spark=spark)
                 assert report.complete, report.summary()
                 count = report.total("source_records") + report.total("copies")
             else:
-                done = backfill.run(cfg, "src->dst", from_offsets=everything, spark=spark)
+                done = backfill.run(FlowLink.of(cfg, "src->dst"), from_offsets=everything, spark=spark)
                 count = args.records
                 assert done.written == (args.records if "seed" in name else 0), done.summary()
             seconds = time.monotonic() - begun

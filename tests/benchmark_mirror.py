@@ -449,13 +449,14 @@ def audit_speed(work: Path, stream_rps: float) -> dict[str, Any]:
     """mirrorflow's audit of the plain run's copy, twice in one Spark session (an hourly audit starts a new one; the
     second run shows the rate once the JVM is warm): source records compared per second, over the stream's rate."""
     from mirrorflow.jobs import audit
+    from mirrorflow.kafka.link import FlowLink
     from mirrorflow.model import config
     from mirrorflow.spark import spark_session
 
     cfg = config.load(work / "mirrorflow-src.properties")
     spark = spark_session.build("bench audit")
     try:
-        reports = [audit.run(cfg, "src->dst", topics="bench", spark=spark) for _ in range(2)]
+        reports = [audit.run(FlowLink.of(cfg, "src->dst"), topics="bench", spark=spark) for _ in range(2)]
     finally:
         spark.stop()
     for report in reports:

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from mirrorflow.jobs import audit, backfill
 from mirrorflow.jobs.ranges import Window
 from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.rules import offset_syncs
 from mirrorflow.rules.offset_syncs import Position
@@ -134,7 +135,8 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
         cfg_path: Path, spark: Any, tmp_path: Path) -> None:
     cfg = config.load(cfg_path)
     source = _produce_source("bf.seed", 3, 100, _ms(HOUR))
-    first = backfill.run(cfg, FLOW, topics=r"bf\.seed", from_offsets={"bf.seed": {0: -2, 1: -2, 2: 0}}, spark=spark)
+    first = backfill.run(FlowLink.of(cfg, FLOW), topics=r"bf\.seed", from_offsets={"bf.seed": {0: -2, 1: -2, 2: 0}},
+                         spark=spark)
     print("\n" + first.table())
     assert first.written == 300 and {p.mode for p in first.partitions} == {backfill.SEED}
     # Again, as the spark_jobs/ entry point under spark-submit: nothing is written the second time.
@@ -157,7 +159,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
             assert (m.key(), m.value(), m.timestamp()[1], m.partition()) == (r["key"], r["value"], r["timestamp"], part)
             assert [h for h in m.headers() if h[0] != HEADER] == (r["headers"] or [])
 
-    report = audit.run(cfg, FLOW, topics=r"bf\.seed", spark=spark)
+    report = audit.run(FlowLink.of(cfg, FLOW), topics=r"bf\.seed", spark=spark)
     print(report.table())
     assert report.complete and report.total("source_records") == 300 and report.total("mirrored_records") == 300
     assert report.total("duplicated") == report.total("behind") == 0
@@ -178,7 +180,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
 
     # The stream recorded digest units of what it wrote: the audit proves those records from the target alone.
     since = Window(int(time.time() * 1000) - 15 * 60_000, None)
-    proven = audit.run(cfg, FLOW, topics=r"bf\.seed", window=since, spark=spark)
+    proven = audit.run(FlowLink.of(cfg, FLOW), topics=r"bf\.seed", window=since, spark=spark)
     print(proven.table())
     assert proven.complete and (proven.mode, proven.digest_records, proven.total("source_records")) == (
         "digests", 30, 30)
@@ -190,7 +192,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
     p.produce("quarry.bf.seed", copy.value(), copy.key(), partition=0, headers=copy.headers(),
               timestamp=copy.timestamp()[1])
     assert p.flush(30) == 0
-    rechecked = audit.run(cfg, FLOW, topics=r"bf\.seed", window=since, spark=spark)
+    rechecked = audit.run(FlowLink.of(cfg, FLOW), topics=r"bf\.seed", window=since, spark=spark)
     print(rechecked.table())
     assert (rechecked.digest_records, rechecked.total("source_records")) == (20, 30)
     assert rechecked.total("duplicated") == 1 and rechecked.partitions[0].duplicated_ranges == ((105, 105),)
@@ -222,7 +224,7 @@ def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_bro
            "5 duplicated (bf.broken-0 30-34); 10 not yet mirrored (the stream is behind); 1 refused: they came from " \
            "the depot topic they would be written to (bf.broken-0 1)" in done.stdout, done.stdout
 
-    report = audit.run(config.load(cfg_path), FLOW, topics=r"bf\.broken", spark=spark)
+    report = audit.run(FlowLink.of(config.load(cfg_path), FLOW), topics=r"bf\.broken", spark=spark)
     p0, p1 = report.partitions
     assert (p0.end, p0.source_records, p0.mirrored_records, p0.copies, p0.refused) == (61, 61, 50, 55, 1)
     assert (p0.missing, p0.missing_ranges, p0.duplicated, p0.duplicated_ranges) == (10, ((10, 19),), 5, ((30, 34),))
@@ -248,7 +250,7 @@ def test_the_hourly_audit_of_a_standby_flow_succeeds_with_nothing_to_audit(airfl
     assert "nothing to audit: no topic on depot" in xcom["summary"]
     # Asked for by name: an error.
     with pytest.raises(config.ConfigError, match="no topic on depot matches topics regex"):
-        audit.run(config.load(path), "depot->quarry", topics=r"standby\.orders")
+        audit.run(FlowLink.of(config.load(path), "depot->quarry"), topics=r"standby\.orders")
 
 
 def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
@@ -259,7 +261,8 @@ def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
     copies = {0: [(o, r) for o, r in enumerate(source[0]) if not 5 <= o <= 9],
               1: [(o, r) for o, r in enumerate(source[1]) if o not in (0, 39)]}
     _mirror_by_hand("bf.gap", 2, copies, {0: 40, 1: 40})
-    found = audit.run(cfg, FLOW, window=Window(_ms(window_start), _ms(window_start + timedelta(hours=1))), spark=spark)
+    found = audit.run(FlowLink.of(cfg, FLOW), window=Window(_ms(window_start), _ms(window_start + timedelta(hours=1))),
+                      spark=spark)
     assert [(p.name, p.missing_ranges) for p in found.partitions if p.missing] == \
            [("bf.gap-0", ((5, 9),)), ("bf.gap-1", ((0, 0), (39, 39)))]
 
@@ -295,9 +298,10 @@ def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: P
         wait_for(lambda: bool(flow_lease.holders(admin, FLOW)), 120, "the stream to hold its lease", stream)
         with pytest.raises(OperationalError, match=r"is running .*: a backfill writes only while the stream is "
                                                    r"stopped; stop it \(mirrorflow stop --flow quarry->depot\)"):
-            backfill.run(cfg, FLOW, topics=r"bf\.pause", from_offsets={"bf.pause": {0: 0}}, spark=spark)
-        report = backfill.run(cfg, FLOW, topics=r"bf\.pause", from_offsets={"bf.pause": {0: 0}}, pause=True,
-                              spark=spark)
+            backfill.run(FlowLink.of(cfg, FLOW), topics=r"bf\.pause", from_offsets={"bf.pause": {0: 0}},
+                         spark=spark)
+        report = backfill.run(FlowLink.of(cfg, FLOW), topics=r"bf\.pause", from_offsets={"bf.pause": {0: 0}},
+                              pause=True, spark=spark)
         assert report.paused and stream.proc is not None and stream.proc.wait(120) == 0  # it stopped cleanly
         assert lifecycle.requested(cfg, flow).state == lifecycle.RUNNING  # and is asked to run again
         # Whatever the stream had mirrored, the backfill added only what was missing: every record once.

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from mirrorflow.dev import local
 from mirrorflow.jobs import ranges
 from mirrorflow.kafka import offset_sync_log
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.rules import offset_syncs
 from support.clusters import PORTS
@@ -130,7 +131,7 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
         health = _cli(cfg, "health", "--flow", "lossy->safe")[0]
         assert health["lost"] == [{"topic": REPARTITION, "partition": 0, "records": 50}]
         loaded = config.load(cfg)
-        planned = {(r.topic, r.partition): r for r in ranges.plan(loaded, loaded.flow("lossy->safe"))}
+        planned = {(r.topic, r.partition): r for r in ranges.plan(FlowLink.of(loaded, "lossy->safe"))}
         assert (planned[(REPARTITION, 0)].lost, planned[(REPARTITION, 0)].lost_ranges) == (50, ((100, 150),))
 
         _produce("loss.other", 1, 10, "c")

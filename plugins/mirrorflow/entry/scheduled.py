@@ -20,6 +20,7 @@ from mirrorflow.entry import deployment
 from mirrorflow.errors import MirrorflowError, OperationalError
 from mirrorflow.jobs import checkpoints, runbooks
 from mirrorflow.kafka import admin_sync, clients
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 
 log = logging.getLogger("mirrorflow")
@@ -173,7 +174,7 @@ def audit_window(config_path: Path, flow_name: str, start: datetime, end: dateti
 
     cfg = _load(config_path)
     window = ranges.Window(int(start.timestamp() * 1000), int(end.timestamp() * 1000))
-    report = audit.run(cfg, flow_name, window=window, master=master)
+    report = audit.run(FlowLink.of(cfg, flow_name), window=window, master=master)
     log.info("\n%s", report.table())
     return report.as_dict()
 
@@ -195,8 +196,8 @@ def backfill(config_path: Path, params: Mapping[str, Any], master: str) -> dict[
     start, end = str(params.get("from_time") or "").strip(), str(params.get("to_time") or "").strip()
     window = ranges.Window(ranges.parse_time(start, "from_time") if start else None,
                            ranges.parse_time(end, "to_time") if end else None)
-    report = job.run(cfg, str(params["flow"]), topics=str(params.get("topics") or "").strip() or None, window=window,
-                     from_offsets=ranges.parse_offsets(offsets) if offsets else None,
+    report = job.run(FlowLink.of(cfg, str(params["flow"])), topics=str(params.get("topics") or "").strip() or None,
+                     window=window, from_offsets=ranges.parse_offsets(offsets) if offsets else None,
                      pause=bool(params.get("pause")), master=master)
     log.info("\n%s", report.table())
     return report.as_dict()

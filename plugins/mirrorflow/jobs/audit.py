@@ -49,7 +49,8 @@ from mirrorflow.errors import ConfigError
 from mirrorflow.jobs import ranges
 from mirrorflow.jobs.ranges import SourceRange, Window
 from mirrorflow.kafka import clients
-from mirrorflow.model.config import Cluster, Flow, MirrorConfig
+from mirrorflow.kafka.link import FlowLink
+from mirrorflow.model.config import Cluster, Flow
 from mirrorflow.rules import digests, provenance
 from mirrorflow.spark import spark_session
 
@@ -228,40 +229,39 @@ def _span(r: Sequence[int]) -> str:
     return str(r[0]) if r[0] == r[1] else f"{r[0]}-{r[1]}"
 
 
-def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
+def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
         master: str = "local[*]", spark: Any = None, full: bool = False) -> AuditReport:
     """Audit one flow over the window (every retained record by default). Ranges the stream recorded digest units
     for are proven from the target alone; the rest, and any unit whose copies do not match, are read on both sides
     (`full`: everything is)."""
-    flow = cfg.flow(flow_name)
+    flow = link.flow
     require_provenance(flow, "audit")
     begun = time.monotonic()
     # A scheduled audit of a flow whose source has no topic to mirror yet (a standby flow) has nothing to compare.
-    planned = ranges.plan(cfg, flow, topics=topics, window=window, allow_empty=topics is None)
+    planned = ranges.plan(link, topics=topics, window=window, allow_empty=topics is None)
     if not planned:
-        return AuditReport(flow.name, flow.source, flow.target, window.label(), cfg.cluster(flow.target).exactly_once,
+        return AuditReport(flow.name, flow.source, flow.target, window.label(), link.exactly_once,
                            (), time.monotonic() - begun, mode="nothing")
     spark = spark or spark_session.build(f"mirrorflow audit {flow.name}", master)
-    target = cfg.cluster(flow.target)
-    units = {} if full else _units(target, flow, planned)
-    proven, walked = _digest_pass(spark, target, flow, planned, units)
-    rows = {(r["topic"], r["partition"]): r for r in _tallies(spark, cfg, flow, walked)}
+    units = {} if full else _units(link, planned)
+    proven, walked = _digest_pass(spark, link, planned, units)
+    rows = {(r["topic"], r["partition"]): r for r in _tallies(spark, link, walked)}
     partitions = tuple(_partition_audit(r, rows.get((r.topic, r.partition)), proven.get((r.topic, r.partition), ()))
                        for r in planned)
     digest_records = sum(u.records + u.refused for chain in proven.values() for u in chain)
-    return AuditReport(flow.name, flow.source, flow.target, window.label(), target.exactly_once, partitions,
+    return AuditReport(flow.name, flow.source, flow.target, window.label(), link.exactly_once, partitions,
                        time.monotonic() - begun, mode="digests" if digest_records else "full",
                        digest_records=digest_records)
 
 
-def _units(target: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> dict[tuple[str, int], list[digests.Unit]]:
+def _units(link: FlowLink, planned: Sequence[SourceRange]) -> dict[tuple[str, int], list[digests.Unit]]:
     wanted = {(r.topic, r.partition) for r in planned if r.size > 0}
     found = digests.read(value for m in clients.read_to_end(
-        clients.settings(target, "consumer"), digests.topic_name(flow.source), "digest units") if (value := m.value()))
+        link.settings("target", "consumer"), link.digests_topic, "digest units") if (value := m.value()))
     return {tp: units for tp, units in found.items() if tp in wanted}
 
 
-def _digest_pass(spark: Any, target: Cluster, flow: Flow, planned: Sequence[SourceRange],
+def _digest_pass(spark: Any, link: FlowLink, planned: Sequence[SourceRange],
                  units: Mapping[tuple[str, int], list[digests.Unit]]
                  ) -> tuple[dict[tuple[str, int], tuple[digests.Unit, ...]], list[SourceRange]]:
     """The units proven per partition (a run from the range's start), and what is left to read on both sides."""
@@ -272,7 +272,7 @@ def _digest_pass(spark: Any, target: Cluster, flow: Flow, planned: Sequence[Sour
             run = [u for u in digests.chain(units[(r.topic, r.partition)], r.start) if u.first < stop]
             if run:
                 chains[(r.topic, r.partition)] = run
-    found = _unit_copies(spark, target, flow, planned, chains) if chains else {}
+    found = _unit_copies(spark, link, planned, chains) if chains else {}
     proven: dict[tuple[str, int], tuple[digests.Unit, ...]] = {}
     walked = []
     for r in planned:
@@ -294,7 +294,7 @@ def _digest_pass(spark: Any, target: Cluster, flow: Flow, planned: Sequence[Sour
     return proven, walked
 
 
-def _unit_copies(spark: Any, target: Cluster, flow: Flow, planned: Sequence[SourceRange],
+def _unit_copies(spark: Any, link: FlowLink, planned: Sequence[SourceRange],
                  chains: Mapping[tuple[str, int], list[digests.Unit]]) -> dict[tuple[str, int, int], dict[str, int]]:
     """Per unit (source topic, partition, first offset): how many copies the target holds of its offsets, and the
     XOR of their digests. One read of each remote partition from its units' first copy."""
@@ -306,7 +306,7 @@ def _unit_copies(spark: Any, target: Cluster, flow: Flow, planned: Sequence[Sour
             floors[(r.remote, r.partition)] = min([r.target_floor, *known]) if known else r.target_floor
     if not floors:
         return {}
-    copies = _attributed(spark, target, flow, floors)
+    copies = _attributed(spark, link, floors)
     bounds = spark.createDataFrame(
         [(u.topic, u.partition, u.cell, u.first, u.next) for run in chains.values() for u in run],
         "topic string, partition int, cell long, unit_first long, unit_next long")
@@ -354,8 +354,7 @@ def _partition_audit(r: SourceRange, row: Mapping[str, Any] | None,
 
 # -- the Spark job ------------------------------------------------------------------------------
 
-def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange],
-                   committed: bool = False) -> Any:
+def source_records(spark: Any, link: FlowLink, planned: Sequence[SourceRange]) -> Any:
     """The source records of the non-empty ranges the flow mirrors, as Spark's Kafka source gives them, and
     `refused`: a provenance hop names the flow's target and the remote topic, so the stream's writer refuses
     the record (it would loop back to where it came from); the audit counts it, never expects it.
@@ -370,9 +369,10 @@ def source_records(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[S
         assign.setdefault(r.topic, []).append(r.partition)
         starting.setdefault(r.topic, {})[str(r.partition)] = r.start
         ending.setdefault(r.topic, {})[str(r.partition)] = r.end
-    records = _read(spark, cluster, assign, json.dumps(starting), json.dumps(ending), committed=committed)
+    records = _read(spark, link.source, assign, json.dumps(starting), json.dumps(ending),
+                    committed=link.reads_committed)
     returns = spark.createDataFrame(
-        sorted({(r.topic, provenance.prefix(flow.target, r.remote).decode()) for r in wanted}),
+        sorted({(r.topic, provenance.prefix(link.flow.target, r.remote).decode()) for r in wanted}),
         "topic string, returning_prefix string")
     from pyspark.sql.functions import broadcast
 
@@ -388,7 +388,7 @@ def _hop_of(cluster: str) -> str:
     return f"h.key = '{provenance.HEADER}' AND startswith(CAST(h.value AS STRING), '{start}')"
 
 
-def target_copies(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[SourceRange]) -> Any:
+def target_copies(spark: Any, link: FlowLink, planned: Sequence[SourceRange]) -> Any:
     """Every target record from the ranges' floors on that this flow's provenance attributes to a record in a range.
 
     Columns: the source `topic`, `partition`, `offset`; the copy's `key`, `value`, `timestamp`, its own `headers`
@@ -401,7 +401,7 @@ def target_copies(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[So
             floors[key] = min(floors.get(key, r.target_floor), r.target_floor)
     if not floors:
         return None
-    copies = _attributed(spark, cluster, flow, floors)
+    copies = _attributed(spark, link, floors)
     bounds = spark.createDataFrame([(r.topic, r.partition, r.start, r.end) for r in planned if r.size > 0],
                                    "topic string, partition int, range_start long, range_end long")
     from pyspark.sql.functions import broadcast
@@ -410,7 +410,7 @@ def target_copies(spark: Any, cluster: Cluster, flow: Flow, planned: Sequence[So
             .where("offset >= range_start AND offset < range_end").drop("range_start", "range_end"))
 
 
-def _attributed(spark: Any, cluster: Cluster, flow: Flow, floors: Mapping[tuple[str, int], int]) -> Any:
+def _attributed(spark: Any, link: FlowLink, floors: Mapping[tuple[str, int], int]) -> Any:
     """Every record of the remote partitions from their floors on that this flow's provenance attributes to a
     source record: its `topic`, `partition`, `offset`, the copy's `key`, `value`, `timestamp`, its own `headers`
     (this hop's header removed), and where it is (`at_topic`, `at_partition`, `at_offset`)."""
@@ -419,10 +419,10 @@ def _attributed(spark: Any, cluster: Cluster, flow: Flow, floors: Mapping[tuple[
     for (t, p), floor in sorted(floors.items()):
         assign.setdefault(t, []).append(p)
         starting.setdefault(t, {})[str(p)] = floor
-    raw = _read(spark, cluster, assign, json.dumps(starting), "latest", committed=True)
+    raw = _read(spark, link.target, assign, json.dumps(starting), "latest", committed=True)
     attributed = raw.selectExpr(
         "topic AS at_topic", "partition AS at_partition", "offset AS at_offset", "key", "value", "timestamp",
-        "headers", f"try_element_at(filter(headers, h -> {_hop_of(flow.source)}), -1) AS hop",
+        "headers", f"try_element_at(filter(headers, h -> {_hop_of(link.flow.source)}), -1) AS hop",
     ).where("hop IS NOT NULL").selectExpr(
         "*", "split(CAST(hop.value AS STRING), '/') AS hop_parts")
     return attributed.selectExpr(
@@ -461,12 +461,12 @@ def _digests(side: str, at_partition: str, at_offset: str) -> list[str]:
             "unix_millis(timestamp) AS ts", f"{at_partition} AS at_partition", f"{at_offset} AS at_offset"]
 
 
-def _tallies(spark: Any, cfg: MirrorConfig, flow: Flow, planned: Sequence[SourceRange]) -> list[dict[str, Any]]:
-    source = source_records(spark, cfg.cluster(flow.source), flow, planned, cfg.reads_committed(flow))
+def _tallies(spark: Any, link: FlowLink, planned: Sequence[SourceRange]) -> list[dict[str, Any]]:
+    source = source_records(spark, link, planned)
     if source is None:
         return []
     sides = source.selectExpr(*_digests(f"IF(refused, {_REFUSED}, {_SOURCE})", "partition", "offset"))
-    copies = target_copies(spark, cfg.cluster(flow.target), flow, planned)
+    copies = target_copies(spark, link, planned)
     if copies is not None:
         sides = sides.unionByName(copies.selectExpr(*_digests(str(_COPY), "at_partition", "at_offset")))
     bounds = {(r.topic, r.partition): (r.mirrored, r.remote) for r in planned}

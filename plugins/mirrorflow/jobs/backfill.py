@@ -31,10 +31,9 @@ from confluent_kafka.admin import OffsetSpec
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.jobs import audit, lifecycle, ranges
 from mirrorflow.jobs.ranges import SourceRange, Window
-from mirrorflow.kafka import admin_sync, clients, flow_lease
+from mirrorflow.kafka import admin_sync, flow_lease
 from mirrorflow.kafka.flow_lease import FlowLease
-from mirrorflow.model.config import Flow, MirrorConfig
-from mirrorflow.rules import offset_syncs
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
 from mirrorflow.spark import spark_session
@@ -98,40 +97,35 @@ class BackfillReport:
         return as_json
 
 
-def run(cfg: MirrorConfig, flow_name: str, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
+def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EVERYTHING,
         from_offsets: Mapping[str, Mapping[int, int]] | None = None, pause: bool = False,
         master: str = "local[*]", spark: Any = None) -> BackfillReport:
     """Backfill the requested range of one flow; see the module's contract for the hand-over with the stream."""
-    flow = cfg.flow(flow_name)
+    flow = link.flow
     audit.require_provenance(flow, "backfill")
     if from_offsets is None and window.from_ms is None:
         raise ConfigError("backfill needs where to start: start offsets or a from time")
-    target = cfg.cluster(flow.target)
-    target_admin = clients.admin(target)
-    syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
-    admin_sync.ensure_internal_topic(target_admin, target.alias, syncs_topic,
-                                     flow.number("offset-syncs.topic.replication.factor"),
-                                     admin_sync.COMPACTED)
+    link.ensure_syncs_topic()
     begun = time.monotonic()
-    resume = _pause(cfg, flow, target_admin, pause)
-    lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
+    resume = _pause(link, pause)
+    lease = link.lease()
     holding: _Holding | None = None
     try:
         lease.acquire(wait_s=10.0)
         holding = _Holding(lease)
-        planned = ranges.plan(cfg, flow, topics=topics, window=window, from_offsets=from_offsets)
+        planned = ranges.plan(link, topics=topics, window=window, from_offsets=from_offsets)
         jobs = [(r if r.mirrored is None else ranges.below(r, r.mirrored), r) for r in planned]
-        written = _write(cfg, flow, [j for j, _ in jobs], target_admin, syncs_topic, spark, master)
+        written = _write(link, [j for j, _ in jobs], spark, master)
         if lease.lost:
             raise OperationalError(f"flow {flow.name}: the backfill lost the flow's lease while writing (target "
                                    "unreachable for a session?): a stream may have run meanwhile; audit the range")
-        _set_seed_positions(cfg, flow, [j for j, _ in jobs if j.mirrored is None], target_admin, syncs_topic, written)
+        _set_seed_positions(link, [j for j, _ in jobs if j.mirrored is None], written)
     finally:
         if holding is not None:
             holding.stop()
         lease.release()
         if resume:
-            lifecycle.start(cfg, flow, "backfill finished")
+            lifecycle.start(link.config, flow, "backfill finished")
     partitions = tuple(PartitionBackfill(j.topic, j.partition, j.start, j.end, r.end,
                                          SEED if j.mirrored is None else REPAIR,
                                          written.get((j.topic, j.partition), {}).get("records", 0),
@@ -146,9 +140,10 @@ def _label(window: Window, from_offsets: Mapping[str, Mapping[int, int]] | None)
     return "from the offsets given" + ("" if window.to_ms is None else f" to {ranges.clock(window.to_ms)}")
 
 
-def _pause(cfg: MirrorConfig, flow: Flow, target_admin: Any, pause: bool) -> bool:
+def _pause(link: FlowLink, pause: bool) -> bool:
     """Make sure no stream of the flow runs; True when it was stopped here and should run again after."""
-    holders = flow_lease.holders(target_admin, flow.name)
+    cfg, flow = link.config, link.flow
+    holders = flow_lease.holders(link.target_admin, flow.name)
     if not holders:
         return False
     if not pause:
@@ -180,30 +175,26 @@ class _Holding:
         self._thread.join(5)
 
 
-def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_admin: Any, syncs_topic: str,
-           spark: Any, master: str) -> dict[tuple[str, int], dict[str, Any]]:
+def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
+           ) -> dict[tuple[str, int], dict[str, Any]]:
     """Write every source record of the jobs the target does not hold; the writer's summary per partition."""
     todo = [j for j in jobs if j.size > 0]
     if not todo:
         return {}
-    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
-    source_admin = clients.admin(source)
-    counts, _ = admin_sync.partition_counts(source_admin, source.alias)
-    admin_sync.ensure_remote_topics(flow, source_admin, target_admin, {j.topic: counts[j.topic] for j in todo})
+    flow = link.flow
+    counts, _ = admin_sync.partition_counts(link.source_admin, flow.source)
+    admin_sync.ensure_remote_topics(flow, link.source_admin, link.target_admin,
+                                    {j.topic: counts[j.topic] for j in todo})
     spark = spark or spark_session.build(f"mirrorflow backfill {flow.name}", master)
-    records = audit.source_records(spark, source, flow, todo, cfg.reads_committed(flow))
-    copies = audit.target_copies(spark, target, flow, todo)
+    records = audit.source_records(spark, link, todo)
+    copies = audit.target_copies(spark, link, todo)
     if copies is not None:
         records = records.join(copies.select("topic", "partition", "offset"), ["topic", "partition", "offset"],
                                "left_anti")
-    spec = WriterSpec(
-        flow=flow.name, source=flow.source, target=flow.target,
-        producer_settings=clients.settings(target, "producer"),
-        consumer_settings=clients.settings(target, "consumer"),
-        source_admin_settings=clients.settings(source, "admin"),
-        target_admin_settings=clients.settings(target, "admin"),
-        remote={j.topic: j.remote for j in todo}, mirrored={}, ends={(j.topic, j.partition): j.end for j in todo},
-        downstream_next={}, syncs_topic=syncs_topic, provenance=True, transactional=target.exactly_once, replay=True,
+    # At-least-once, the backfill's records are idempotent, not fenced: it holds the lease, no stream writes.
+    spec = WriterSpec.of(
+        link, remote={j.topic: j.remote for j in todo}, mirrored={}, ends={(j.topic, j.partition): j.end for j in todo},
+        downstream_next={}, transactional=link.exactly_once, replay=True,
         unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
     tasks = max(1, min(len(todo), spark.sparkContext.defaultParallelism * 2))
     rows = (records.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
@@ -212,16 +203,16 @@ def _write(cfg: MirrorConfig, flow: Flow, jobs: Sequence[SourceRange], target_ad
     return {(r["topic"], r["partition"]): r.asDict() for r in rows}
 
 
-def _set_seed_positions(cfg: MirrorConfig, flow: Flow, seeds: Sequence[SourceRange], admin: Any,
-                        syncs_topic: str, written: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
+def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],
+                        written: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
     """A seeded partition's position moves to its range's end: the stream starts there."""
     if not seeds:
         return
-    target = cfg.cluster(flow.target)
+    flow, target, admin, syncs_topic = link.flow, link.target, link.target_admin, link.syncs_topic
     counts, _ = admin_sync.partition_counts(admin, target.alias)  # remote topics may be new since the plan
     remote = [(s.remote, s.partition) for s in seeds if s.partition < counts.get(s.remote, 0)]
     ends = admin_sync.offsets(admin, target.alias, remote, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
+    producer = link.target_producer(**{"acks": "all", "enable.idempotence": True})
     for s in seeds:
         position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition), -1))
         producer.produce(syncs_topic, position.value(), position.key(), partition=0)

@@ -29,13 +29,13 @@ from confluent_kafka import IsolationLevel
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from mirrorflow.errors import ConfigError
-from mirrorflow.kafka import admin_sync, clients, offset_sync_log
+from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.kafka.target_reader import TargetRecords
 from mirrorflow.model import selection
-from mirrorflow.model.config import Flow, MirrorConfig
-from mirrorflow.rules import offset_syncs, translation
+from mirrorflow.model.config import Flow
+from mirrorflow.rules import translation
 from mirrorflow.rules.filters import java_regex_to_python
-from mirrorflow.rules.policy import is_heartbeats_topic
 
 EARLIEST = -2
 
@@ -121,17 +121,14 @@ def parse_offsets(text: str) -> dict[str, dict[int, int]]:
     return out
 
 
-def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Window = EVERYTHING,
+def plan(link: FlowLink, *, topics: str | None = None, window: Window = EVERYTHING,
          from_offsets: Mapping[str, Mapping[int, int]] | None = None, allow_empty: bool = False) -> list[SourceRange]:
     """Every range the request covers, sorted by topic and partition. Reads both clusters' offsets and the syncs.
     No partition at all is a ConfigError unless `allow_empty` (a flow with nothing on its source yet)."""
-    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
-    source_admin, target_admin = clients.admin(source), clients.admin(target)
+    flow, source, target = link.flow, link.source, link.target
+    source_admin, target_admin = link.source_admin, link.target_admin
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
-    wanted = topic_filter(topics)
-    partitions = [(t, p) for t, n in sorted(counts.items())
-                  if selection.replicates(flow, t) and not is_heartbeats_topic(flow.policy, t) and wanted(t)
-                  for p in range(n)]
+    partitions = link.replicated_partitions(counts, topic_filter(topics))
     if from_offsets is not None:
         partitions = _named(flow, counts, partitions, from_offsets)
     if not partitions and allow_empty:
@@ -139,7 +136,7 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
     if not partitions:
         raise ConfigError(f"flow {flow.name}: no topic on {source.alias} matches"
                           f"{' topics regex ' + topics if topics else ''} among the topics the flow replicates")
-    isolation = IsolationLevel.READ_COMMITTED if cfg.reads_committed(flow) else IsolationLevel.READ_UNCOMMITTED
+    isolation = IsolationLevel.READ_COMMITTED if link.reads_committed else IsolationLevel.READ_UNCOMMITTED
     earliest = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     latest = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
                                 isolation)
@@ -151,11 +148,10 @@ def plan(cfg: MirrorConfig, flow: Flow, *, topics: str | None = None, window: Wi
         starts = _at_time(source_admin, source.alias, partitions, window.from_ms, ends)
     else:
         starts = earliest
-    remote = {t: flow.policy.remote_topic(flow.source, t) for t, _ in partitions}
+    remote = {t: link.remote_topic(t) for t, _ in partitions}
     floors = _target_floors(target_admin, target.alias, [(remote[t], p) for t, p in partitions], window.from_ms)
-    syncs_state = offset_sync_log.read(clients.settings(target, "consumer"),
-                                    offset_syncs.topic_name(flow.source, flow.policy.separator))
-    records = TargetRecords(clients.settings(target, "consumer"), flow.source)
+    syncs_state = offset_sync_log.read(link.settings("target", "consumer"), link.syncs_topic)
+    records = TargetRecords(link.settings("target", "consumer"), flow.source)
     out = []
     try:
         for t, p in partitions:

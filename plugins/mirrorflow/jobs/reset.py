@@ -22,11 +22,10 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import ConfigError, OperationalError
-from mirrorflow.kafka import admin_sync, clients, offset_sync_log
+from mirrorflow.kafka import admin_sync, offset_sync_log
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
-from mirrorflow.model.config import Cluster, MirrorConfig
-from mirrorflow.rules import offset_syncs
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position, Release, Reset
 from mirrorflow.spark import stream_writer
 
@@ -56,12 +55,11 @@ def parse_to(text: str) -> str | int:
     raise ConfigError(f"--to {text!r}: expected earliest, latest or a source offset")
 
 
-def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitions: list[int] | None = None,
+def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | None = None,
           reason: str = "") -> list[PartitionReset]:
     """Move the flow's positions of `topic` (all partitions, or `partitions`) to `to`; the moves made."""
-    flow = cfg.flow(flow_name)
-    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
-    source_admin = clients.admin(source)
+    flow, source = link.flow, link.source
+    source_admin = link.source_admin
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
     if topic not in counts:
         raise ConfigError(f"--topic {topic}: no such topic on {flow.source}")
@@ -76,19 +74,19 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
     ends = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     targets = {tp: _resolve(to, starts[tp], ends[tp], tp) for tp in tps}
 
-    syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
-    lease = FlowLease(flow.name, syncs_topic, clients.settings(target, "consumer"), clients.settings(target, "admin"))
+    syncs_topic = link.syncs_topic
+    lease = link.lease()
     lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
     try:
         # In transactions of the stream driver's id: initialising it fences a frozen stream's driver (W4).
-        producer = clients.producer(target, **{
+        producer = link.target_producer(**{
             "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
             "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
             "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
-        syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
+        syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
         clean = syncs.release is not None
         lease.wait_out_previous_writer(clean)  # a stream that did not stop cleanly: its last writes land or expire
-        _confirm(lease, flow.name, target)
+        _confirm(lease, link)
         try:
             producer.init_transactions(admin_sync.TIMEOUT_S)
         except KafkaException as exc:
@@ -98,20 +96,20 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             # W4: the stream's transactions abort, none commits after this reset's positions. The slots a frozen
             # driver recorded while this reset waited count too.
             before = syncs.writers.slots if syncs.writers is not None else 0
-            syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
+            syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
             slots = max(before, syncs.writers.slots if syncs.writers is not None else 0)
 
             def still_held() -> bool:  # W1 while fencing: never fence the slots of a stream that took over
-                _confirm(lease, flow.name, target)
+                _confirm(lease, link)
                 return lease.keep()
 
-            _confirm(lease, flow.name, target)
-            stream_writer.fence(flow.name, flow.target, clients.settings(target, "producer"),
+            _confirm(lease, link)
+            stream_writer.fence(flow.name, flow.target, link.settings("target", "producer"),
                                 [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)],
                                 still_held)
-            syncs = offset_sync_log.read(clients.settings(target, "consumer"), syncs_topic)
+            syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
         positions = syncs.positions
-        remote_gone = _remote_gone(cfg, flow_name, topic, counts[topic], syncs)
+        remote_gone = _remote_gone(link, topic, counts[topic], syncs)
         if remote_gone and len(tps) < counts[topic]:
             raise ConfigError(f"--partitions: {remote_gone}: reset every partition of {topic} (leave --partitions "
                               "out)")
@@ -124,7 +122,7 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
             records += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
         records.append(Reset(int(time.time() * 1000)))
         records.append(Release(int(time.time() * 1000)))  # all of it acknowledged, or the reset fails
-        _confirm(lease, flow.name, target)
+        _confirm(lease, link)
         failed: list[str] = []
         try:
             producer.begin_transaction()
@@ -149,13 +147,11 @@ def reset(cfg: MirrorConfig, flow_name: str, topic: str, to: str | int, partitio
     return moves
 
 
-def _remote_gone(cfg: MirrorConfig, flow_name: str, topic: str, partitions: int,
-                 syncs: offset_sync_log.SyncsState) -> str:
+def _remote_gone(link: FlowLink, topic: str, partitions: int, syncs: offset_sync_log.SyncsState) -> str:
     """Why the topic's remote topic no longer holds the flow's copies (deleted, or re-created / truncated: it
     ends below where the next copy would land), or "" when it does."""
-    flow = cfg.flow(flow_name)
-    target_admin = clients.admin(cfg.cluster(flow.target))
-    remote = flow.policy.remote_topic(flow.source, topic)
+    flow, target_admin = link.flow, link.target_admin
+    remote = link.remote_topic(topic)
     written = {p: syncs.positions[(topic, p)].downstream_next for p in range(partitions)
                if (topic, p) in syncs.positions and syncs.positions[(topic, p)].downstream_next >= 0}
     if not written:
@@ -171,10 +167,10 @@ def _remote_gone(cfg: MirrorConfig, flow_name: str, topic: str, partitions: int,
     return ""
 
 
-def _confirm(lease: FlowLease, flow: str, target: Cluster) -> None:
+def _confirm(lease: FlowLease, link: FlowLink) -> None:
     """W1: the reset writes or initialises a transactional id only while it holds the lease."""
     if lease.member_id is not None:
-        LeaseGuard.confirm(flow, lease.member_id, clients.settings(target, "admin"))
+        LeaseGuard.confirm(link.name, lease.member_id, link.settings("target", "admin"))
 
 
 def _resolve(to: str | int, start: int, end: int, tp: tuple[str, int]) -> int:

@@ -51,11 +51,12 @@ from py4j.protocol import Py4JError
 
 from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.jobs import lifecycle, reset
-from mirrorflow.kafka import admin_sync, clients, offset_sync_log
+from mirrorflow.kafka import admin_sync, offset_sync_log
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
-from mirrorflow.model.config import Flow, MirrorConfig
+from mirrorflow.model.config import Flow
 from mirrorflow.rules import digests, offset_syncs
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.filters import java_regex_to_python
@@ -109,10 +110,9 @@ class StreamOptions:
     driver_memory: str = "1g"
 
 
-def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOptions()) -> None:
+def run(link: FlowLink, options: StreamOptions = StreamOptions()) -> None:
     """Mirror one flow until SIGTERM/SIGINT (returns) or a fatal error (raises)."""
-    flow = cfg.flow(flow_name)
-    driver = _Driver(cfg, flow, options)
+    driver = _Driver(link, options)
     driver.install_signal_handlers()
     try:
         driver.prepare()
@@ -122,24 +122,12 @@ def run(cfg: MirrorConfig, flow_name: str, options: StreamOptions = StreamOption
 
 
 class _Driver:
-    def __init__(self, cfg: MirrorConfig, flow: Flow, options: StreamOptions) -> None:
-        self.cfg, self.flow, self.options = cfg, flow, options
-        self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
-        self.exactly_once = self.target.exactly_once
-        # Records in transactions of the task slots' ids (W4): exactly-once, and at-least-once unless turned off.
-        self.transactional = self.exactly_once or flow.flag("mirrorflow.records.fenced")
-        self.syncs_topic = offset_syncs.topic_name(flow.source, flow.policy.separator)
-        self.checkpoint = options.checkpoint or metrics.flow_home(flow) / "checkpoint"
-        self.pattern = selection.subscription_pattern(flow)
-        self.metrics = metrics.FlowMetrics(flow.name, flow.source, flow.target)
-        # Resolved once: every micro-batch ships them to the executors.
-        self.producer_settings = clients.settings(self.target, "producer")
-        stream_writer.check_producer_tuning(self.producer_settings, self.target.alias)
-        self.consumer_settings = clients.settings(self.target, "consumer")
-        self.source_admin_settings = clients.settings(self.source, "admin")
-        self.target_admin_settings = clients.settings(self.target, "admin")
-        self.source_admin = clients.admin(self.source)
-        self.target_admin = clients.admin(self.target)
+    def __init__(self, link: FlowLink, options: StreamOptions) -> None:
+        self.link, self.flow, self.options = link, link.flow, options
+        self.checkpoint = options.checkpoint or metrics.flow_home(self.flow) / "checkpoint"
+        self.pattern = selection.subscription_pattern(self.flow)
+        self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
+        stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
         self.mirrored: dict[tuple[str, int], int] = {}
         self.downstream_next: dict[tuple[str, int], int] = {}
         self.losses: dict[tuple[str, int], Loss] = {}  # partitions that lost records: one Loss each
@@ -147,12 +135,11 @@ class _Driver:
         self.recreated: set[str] = set()  # re-created topics not yet restarted from their earliest offset
         # Bounded: `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
         self.anchors: dict[tuple[str, int], PartitionAnchors] = {}
-        self.anchor_limit = flow.number("mirrorflow.offset-syncs.anchors.max")
-        self.anchor_spacing = flow.number("mirrorflow.offset-syncs.anchors.spacing")
+        self.anchor_limit = self.flow.number("mirrorflow.offset-syncs.anchors.max")
+        self.anchor_spacing = self.flow.number("mirrorflow.offset-syncs.anchors.spacing")
         self.first_batch_of_query = True
         self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
         self.stall_named = False  # the running batch's stall is reported (status, log)
-        self.digests_topic = digests.topic_name(flow.source)
         self.ledger = digests.Ledger()
         self.digest_producer: Any = None  # idempotent, created with the first unit
         self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
@@ -176,22 +163,19 @@ class _Driver:
         self.stop_watch: lifecycle.StopWatch | None = None
 
     def prepare(self) -> None:
-        created = admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.syncs_topic,
-                                                   self.flow.number("offset-syncs.topic.replication.factor"),
-                                                   admin_sync.COMPACTED)
-        admin_sync.ensure_internal_topic(self.target_admin, self.target.alias, self.digests_topic,
+        created = self.link.ensure_syncs_topic()
+        admin_sync.ensure_internal_topic(self.link.target_admin, self.link.target.alias, self.link.digests_topic,
                                          self.flow.number("offset-syncs.topic.replication.factor"),
                                          {"cleanup.policy": "delete", "retention.ms": str(digests.RETENTION_MS)})
-        consumer_settings = self.consumer_settings
         # Watching before the lease is held: whoever sees the lease held can stop the stream.
-        self.stop_watch = lifecycle.StopWatch(self.cfg, self.flow, self._stop_requested)
+        self.stop_watch = lifecycle.StopWatch(self.link.config, self.flow, self._stop_requested)
         self.stop_watch.start()
-        self.lease = FlowLease(self.flow.name, self.syncs_topic, consumer_settings, self.target_admin_settings)
+        self.lease = self.link.lease()
         self.lease.acquire()
         self._take_over(fresh=created)
         self.metrics.observe_source_ends({})
         if self.flow.flag("emit.heartbeats.enabled"):
-            self.heartbeats = HeartbeatEmitter(self.flow, self.target)
+            self.heartbeats = HeartbeatEmitter(self.flow, self.link.target)
             self.heartbeats.start()
         port = self.flow.metrics_port if self.options.metrics_port is None else self.options.metrics_port
         if port is not None:
@@ -205,8 +189,8 @@ class _Driver:
                                          self.options.driver_memory)
         self.metrics.spark_ui = self.spark.sparkContext.uiWebUrl
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
-        mode = ("exactly-once" if self.exactly_once else
-                "at-least-once" if self.transactional else "at-least-once, idempotent records (not fenced)")
+        mode = ("exactly-once" if self.link.exactly_once else
+                "at-least-once" if self.link.transactional else "at-least-once, idempotent records (not fenced)")
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
                  len(self.mirrored), self.checkpoint)
 
@@ -220,7 +204,7 @@ class _Driver:
         """With the lease just held (at start, or regained): wait out the previous holder's writes unless it stopped
         cleanly or there was none (`fresh`: the offset-syncs topic was just created; W3), then fence and load."""
         assert self.lease is not None
-        syncs = offset_sync_log.read(self.consumer_settings, self.syncs_topic)
+        syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         clean = fresh or syncs.release is not None
         self.lease.wait_out_previous_writer(clean)
         self.position_producer = None
@@ -228,7 +212,7 @@ class _Driver:
         if syncs.release is not None:
             self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
         self.writer_slots = syncs.writers.slots if syncs.writers is not None else None
-        self._fence(upgraded=self.exactly_once and syncs.writers is None and not fresh)
+        self._fence(upgraded=self.link.exactly_once and syncs.writers is None and not fresh)
         self._load_syncs(syncs if clean else None)
 
     def _fence(self, upgraded: bool = False) -> None:
@@ -242,7 +226,7 @@ class _Driver:
         if upgraded:
             ids += [stream_writer.partition_transactional_id(self.flow.source, self.flow.target, tp)
                     for tp in self._source_partitions()]
-        stream_writer.fence(self.flow.name, self.flow.target, self.producer_settings, ids,
+        stream_writer.fence(self.flow.name, self.flow.target, self.link.settings("target", "producer"), ids,
                             self.lease.keep if self.lease is not None else lambda: True)
         self.fenced = time.time_ns()
         if slots != self.writer_slots:
@@ -258,7 +242,7 @@ class _Driver:
     def _load_syncs(self, syncs: offset_sync_log.SyncsState | None = None) -> None:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
         anchors (and tombstones)."""
-        syncs = syncs or offset_sync_log.read(self.consumer_settings, self.syncs_topic)
+        syncs = syncs or offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
         self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
         self.losses = dict(syncs.losses)
@@ -313,7 +297,7 @@ class _Driver:
         if member is None or self.lease is None:
             return
         try:
-            LeaseGuard.confirm(self.flow.name, member, self.target_admin_settings, self.lease.own_ids)
+            LeaseGuard.confirm(self.flow.name, member, self.link.settings("target", "admin"), self.lease.own_ids)
         except LeaseSuperseded as exc:
             raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
 
@@ -334,12 +318,12 @@ class _Driver:
             for start in range(0, len(records), _SYNCS_PER_TRANSACTION):
                 producer.begin_transaction()
                 for record in records[start:start + _SYNCS_PER_TRANSACTION]:
-                    producer.produce(self.syncs_topic, record.value(), record.key(), partition=0,
+                    producer.produce(self.link.syncs_topic, record.value(), record.key(), partition=0,
                                      on_delivery=delivered)
                     producer.poll(0)
                 if producer.flush(60) > 0 or failed:
                     raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by "
-                                           f"{self.target.alias}" + (f": {failed[0]}" if failed else ""))
+                                           f"{self.link.target.alias}" + (f": {failed[0]}" if failed else ""))
                 producer.commit_transaction(60)
         except BaseException as exc:
             self.position_producer = None  # the next write initialises afresh, which aborts what this one left open
@@ -348,8 +332,8 @@ class _Driver:
             err = exc.args[0]
             if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
                 raise OperationalError(f"{FATAL}flow {self.flow.name}: fenced: another instance initialised the "
-                                       f"flow's driver id on {self.target.alias}: {err.str()}") from None
-            raise OperationalError(f"flow {self.flow.name}: offset syncs not committed on {self.target.alias}: "
+                                       f"flow's driver id on {self.link.target.alias}: {err.str()}") from None
+            raise OperationalError(f"flow {self.flow.name}: offset syncs not committed on {self.link.target.alias}: "
                                    f"{err.str()}") from None
 
     def _syncs_producer(self) -> Any:
@@ -357,7 +341,7 @@ class _Driver:
         the previous holder's driver (W4)."""
         if self.position_producer is None:
             self._confirm_lease()
-            producer = clients.producer(self.target, **{
+            producer = self.link.target_producer(**{
                 "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
                 "transactional.id": stream_writer.driver_transactional_id(self.flow.source, self.flow.target),
                 "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
@@ -365,7 +349,7 @@ class _Driver:
                 producer.init_transactions(60)
             except KafkaException as exc:
                 raise OperationalError(f"flow {self.flow.name}: cannot initialise the driver's transactional id on "
-                                       f"{self.target.alias}: {exc.args[0].str()}") from None
+                                       f"{self.link.target.alias}: {exc.args[0].str()}") from None
             self.position_producer = producer
         return self.position_producer
 
@@ -376,12 +360,12 @@ class _Driver:
         if time.monotonic() < self.prune_due:
             return []
         self.prune_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
-        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
         missing = {t for t, _ in set(self.anchors) | set(self.mirrored) if t not in counts}
         gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
         records = self._drop_topics(gone)
         live = [tp for tp in self.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
-        starts = admin_sync.offsets(self.source_admin, self.source.alias, live,
+        starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, live,
                                     OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         pruned = sum(self.anchors[tp].prune_below(start) for tp, start in starts.items())
         if pruned:
@@ -421,7 +405,7 @@ class _Driver:
         known = {t for t, _ in self.mirrored} | set(self._checkpoint_topics())
         looks = []
         for attempt in range(2):
-            counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+            counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
             looks.append({t for t in known if t not in counts})
             if attempt == 0 and looks[0]:
                 self.stop_requested.wait(2.0)
@@ -450,7 +434,7 @@ class _Driver:
         (another ID under the same name) and return them: they start again from their earliest offset."""
         if not topics:
             return set()
-        ids = admin_sync.topic_ids(self.source_admin, self.source.alias, sorted(topics))
+        ids = admin_sync.topic_ids(self.link.source_admin, self.link.source.alias, sorted(topics))
         recreated = {t for t, i in ids.items() if t in self.incarnations and self.incarnations[t] != i}
         records = self._drop_topics(recreated, why="re-created") if recreated else []
         for t, topic_id in ids.items():
@@ -476,7 +460,7 @@ class _Driver:
         self._send_units(self.ledger.drain())  # folded in only from batches done: true whatever stopped the stream
         if self.digest_producer is not None and self.digest_producer.flush(10):
             log.warning("flow %s: some digest units did not reach %s (the audit reads both sides there)",
-                        self.flow.name, self.digests_topic)
+                        self.flow.name, self.link.digests_topic)
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if self.lease is not None:
@@ -556,7 +540,7 @@ class _Driver:
     def _reload_positions(self) -> None:
         """Positions in the offset syncs ahead of the driver's: written by tasks of a batch whose summaries never
         came back. Adopted with where their next record lands, and their batch's first record as an anchor."""
-        syncs = offset_sync_log.read(self.consumer_settings, self.syncs_topic)
+        syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         for tp, position in syncs.positions.items():
             if position.upstream_next <= self.mirrored.get(tp, -1):
                 continue
@@ -671,8 +655,8 @@ class _Driver:
                 .start())
 
     def _source_options(self) -> dict[str, str]:
-        java = self.source.client_config("consumer")
-        options = spark_session.kafka_options(self.source)
+        java = self.link.source.client_config("consumer")
+        options = spark_session.kafka_options(self.link.source)
         options.update({
             "subscribePattern": self.pattern,
             "includeHeaders": "true",
@@ -680,7 +664,7 @@ class _Driver:
             "failOnDataLoss": "false",  # the driver detects, records and shows loss per partition (_losses)
             "startingOffsets": self._starting_offsets(java.get("auto.offset.reset", "earliest")),
         })
-        if self.cfg.reads_committed(self.flow):
+        if self.link.config.reads_committed(self.flow):
             options["kafka.isolation.level"] = "read_committed"
         # A task reads a range already in the log, yet with the default fetch.max.wait.ms (500 ms) its first
         # records came about half a second later than with 10 ms (measured on a 1-record batch): latency per batch.
@@ -689,7 +673,7 @@ class _Driver:
 
     def _source_partitions(self) -> list[tuple[str, int]]:
         """Every partition of the source topics the flow replicates now."""
-        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
         return [(t, p) for t, n in sorted(counts.items()) if selection.replicates(self.flow, t) for p in range(n)]
 
     def _starting_offsets(self, reset: str) -> str:
@@ -697,7 +681,7 @@ class _Driver:
         if (self.checkpoint / "offsets").is_dir() or not (self.mirrored or self.recreated):
             return "latest" if reset.strip().lower() == "latest" else "earliest"
         matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
-        counts, _ = admin_sync.partition_counts(self.source_admin, self.source.alias)
+        counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
         default = -1 if reset.strip().lower() == "latest" else -2
         offsets: dict[str, dict[str, int]] = {}
         for topic, n in counts.items():
@@ -750,7 +734,7 @@ class _Driver:
         replicated = {t: n for t, n in replicated.items() if t not in self.held}
         grown = {t: n for t, n in grown.items() if t not in self.held}
         if grown:
-            admin_sync.ensure_remote_topics(self.flow, self.source_admin, self.target_admin, grown)
+            admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, grown)
             self.ready.update(grown)
         self._recreated_check(ends, replicated)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
@@ -841,11 +825,11 @@ class _Driver:
         if not units:
             return
         if self.digest_producer is None:
-            self.digest_producer = clients.producer(self.target, **{
+            self.digest_producer = self.link.target_producer(**{
                 "acks": "all", "enable.idempotence": True, "linger.ms": 100, "compression.type": "lz4"})
         for u in units:
             key, value = u.encode()
-            self.digest_producer.produce(self.digests_topic, value, key)
+            self.digest_producer.produce(self.link.digests_topic, value, key)
         self.digest_producer.poll(0)
 
     def _stuck_due(self) -> list[tuple[str, int]]:
@@ -920,16 +904,16 @@ class _Driver:
         if not looked:
             return
         remote = {t: self.flow.policy.remote_topic(self.flow.source, t) for t in looked}
-        counts, _ = admin_sync.partition_counts(self.target_admin, self.target.alias)
+        counts, _ = admin_sync.partition_counts(self.link.target_admin, self.link.target.alias)
         if any(remote[t] not in counts for t in looked):  # a second look: one broker's stale metadata holds nothing
             self.stop_requested.wait(2.0)
-            counts, _ = admin_sync.partition_counts(self.target_admin, self.target.alias)
+            counts, _ = admin_sync.partition_counts(self.link.target_admin, self.link.target.alias)
         gone = {t: f"remote topic {remote[t]} deleted on {self.flow.target}" for t in looked if remote[t] not in counts}
         for (t, p) in sorted(written):
             if t in looked and t not in gone and p >= counts[remote[t]]:
                 gone[t] = f"remote topic {remote[t]} re-created on {self.flow.target} with fewer partitions ({p} gone)"
         present = [(remote[tp[0]], tp[1]) for tp in written if tp[0] in looked and tp[0] not in gone]
-        ends = admin_sync.offsets(self.target_admin, self.target.alias, present,
+        ends = admin_sync.offsets(self.link.target_admin, self.link.target.alias, present,
                                   OffsetSpec.latest(), available_within=5.0)  # type: ignore[no-untyped-call]
         for (t, p), d in sorted(written.items()):  # a partition without a leader now is judged at the next look
             end = ends.get((remote.get(t, ""), p))
@@ -968,7 +952,7 @@ class _Driver:
                    and begins.get(tp, -1) >= 0 and end > begins[tp]]
         if not watched:
             return
-        starts = admin_sync.offsets(self.source_admin, self.source.alias, watched,
+        starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, watched,
                                     OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         for tp in sorted(watched):
             if starts[tp] > begins[tp]:
@@ -996,7 +980,7 @@ class _Driver:
                     gaps[tp] = (position, resumed)
         if not gaps:
             return []
-        starts = admin_sync.offsets(self.source_admin, self.source.alias, list(gaps),
+        starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, list(gaps),
                                     OffsetSpec.earliest())  # type: ignore[no-untyped-call]
         out = []
         for tp, (position, resumed) in sorted(gaps.items()):
@@ -1018,15 +1002,10 @@ class _Driver:
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
               paused: frozenset[tuple[str, int]]) -> WriterSpec:
-        return WriterSpec(
-            flow=self.flow.name, source=self.flow.source, target=self.flow.target,
-            producer_settings=self.producer_settings, consumer_settings=self.consumer_settings,
-            source_admin_settings=self.source_admin_settings, target_admin_settings=self.target_admin_settings,
-            remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
-            downstream_next=dict(self.downstream_next), syncs_topic=self.syncs_topic,
-            provenance=self.flow.flag("mirrorflow.provenance.header.enabled"), transactional=self.transactional,
-            fence_syncs=True,
-            replay=self.first_batch_of_query, lease_member=self.lease.member_id if self.lease is not None else None,
+        return WriterSpec.of(
+            self.link, remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
+            downstream_next=dict(self.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
+            lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=str(self.spark.sparkContext.master).startswith("local"))
 

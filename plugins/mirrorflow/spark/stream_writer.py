@@ -46,6 +46,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from mirrorflow.errors import ConfigError, MirrorError, OperationalError
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import digests, provenance
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import Position
@@ -121,6 +122,19 @@ class WriterSpec:
     fence_syncs: bool = False
     # Transactional: workers keep producers across batches (a local master: the marks below see every worker).
     keep_producers: bool = True
+
+    @classmethod
+    def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
+        """The spec of a write for the link's flow: the link's part (clusters, settings, the offset-syncs topic,
+        the flow's provenance and delivery), then `fields`, which may also override any of them."""
+        return cls(**{
+            "flow": link.name, "source": link.flow.source, "target": link.flow.target,
+            "producer_settings": link.settings("target", "producer"),
+            "consumer_settings": link.settings("target", "consumer"),
+            "source_admin_settings": link.settings("source", "admin"),
+            "target_admin_settings": link.settings("target", "admin"),
+            "syncs_topic": link.syncs_topic, "provenance": link.flow.flag("mirrorflow.provenance.header.enabled"),
+            "transactional": link.transactional, **fields})
 
 
 def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

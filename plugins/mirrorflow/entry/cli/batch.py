@@ -49,9 +49,10 @@ def _add_range(p: argparse.ArgumentParser, start: Any = None) -> None:
 def cmd_audit(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import audit
     from mirrorflow.jobs.ranges import Window
+    from mirrorflow.kafka.link import FlowLink
 
     cfg = load_config(args)
-    report = audit.run(cfg, args.flow, topics=args.topics, window=Window(args.from_time, args.to_time),
+    report = audit.run(FlowLink.of(cfg, args.flow), topics=args.topics, window=Window(args.from_time, args.to_time),
                        master=args.master, full=args.full)
     show(report.as_dict(), args.json, report.table())
     return 0 if report.complete else 1
@@ -60,11 +61,12 @@ def cmd_audit(args: argparse.Namespace) -> int:
 def cmd_backfill(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import backfill
     from mirrorflow.jobs.ranges import Window
+    from mirrorflow.kafka.link import FlowLink
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     cfg = load_config(args)
-    report = backfill.run(cfg, args.flow, topics=args.topics, window=Window(args.from_time, args.to_time),
+    report = backfill.run(FlowLink.of(cfg, args.flow), topics=args.topics, window=Window(args.from_time, args.to_time),
                           from_offsets=args.from_offsets, pause=args.pause, master=args.master)
     show(report.as_dict(), args.json, report.table())
     return 0

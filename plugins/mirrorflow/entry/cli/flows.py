@@ -82,6 +82,7 @@ STATUS_CLUSTERS_S = 20.0  # `status` waits this long for the clusters' view, the
 
 def cmd_stream(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import stream
+    from mirrorflow.kafka.link import FlowLink
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per call into the JVM: thousands an hour
@@ -90,7 +91,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         master=args.master, checkpoint=Path(args.checkpoint) if args.checkpoint else None,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
         max_records_per_batch=args.max_records_per_batch, trigger_ms=args.trigger_ms, driver_memory=args.driver_memory)
-    stream.run(cfg, args.flow, options)
+    stream.run(FlowLink.of(cfg, args.flow), options)
     return 0
 
 
@@ -199,11 +200,12 @@ def _partition_list(text: str) -> list[int]:
 
 def cmd_reset(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import reset
+    from mirrorflow.kafka.link import FlowLink
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     cfg = load_config(args)
-    moves = reset.reset(cfg, args.flow, args.topic, args.to, args.partitions, args.reason)
+    moves = reset.reset(FlowLink.of(cfg, args.flow), args.topic, args.to, args.partitions, args.reason)
     lines = [f"flow {args.flow}: reset {m.line()}" for m in moves]
     lines.append(f"the stream resumes there at its next start (mirrorflow start --flow {args.flow})")
     show([{"topic": m.topic, "partition": m.partition, "before": m.before, "after": m.after} for m in moves],
