@@ -119,9 +119,10 @@ def commit_groups(topic: str, partitions: int, groups: list[str], rng: random.Ra
 
 def timed_round(cfg: Any, flow: str) -> tuple[float, list[Any]]:
     from mirrorflow.jobs import checkpoints
+    from mirrorflow.kafka.link import FlowLink
 
     begun = time.monotonic()
-    results = checkpoints.run_round(cfg, cfg.flow(flow))
+    results = checkpoints.run_round(FlowLink.of(cfg, flow))
     return time.monotonic() - begun, results
 
 

@@ -82,6 +82,19 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
+# A fixture that starts a resource, and the marker a test using it (directly or through another fixture) carries:
+# `make test-unit` deselects by marker, so an unmarked test would start brokers or Spark there.
+RESOURCE_FIXTURES = {"local_clusters": "kafka", "stream_clusters": "spark", "spark": "spark", "airflow_home": "airflow"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unmarked = [f"{item.nodeid} uses {fixture} but is not marked {marker}" for item in items
+                for fixture, marker in RESOURCE_FIXTURES.items()
+                if fixture in getattr(item, "fixturenames", ()) and item.get_closest_marker(marker) is None]
+    if unmarked:
+        raise pytest.UsageError("tests without their resource marker:\n  " + "\n  ".join(unmarked))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # Airflow reads its configuration at its first import: a test module that imports it at collection would make
     # every Airflow test of the session run against the default home (~/airflow), not `airflow_home`.

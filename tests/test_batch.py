@@ -198,6 +198,7 @@ def test_backfill_into_an_empty_target_twice_writes_each_record_once_and_the_str
     assert rechecked.total("duplicated") == 1 and rechecked.partitions[0].duplicated_ranges == ((105, 105),)
 
 
+@pytest.mark.airflow
 def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_broken_mirror(
         cfg_path: Path, spark: Any, airflow_home: Path) -> None:
     window_start = HOUR + timedelta(hours=1)
@@ -239,6 +240,7 @@ def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_bro
     assert xcom["partitions"][0]["missing_ranges"] == [[10, 19]], xcom["partitions"][0]
 
 
+@pytest.mark.airflow
 def test_the_hourly_audit_of_a_standby_flow_succeeds_with_nothing_to_audit(airflow_home: Path,
                                                                             tmp_path: Path) -> None:
     path = tmp_path / "standby.properties"
@@ -253,6 +255,7 @@ def test_the_hourly_audit_of_a_standby_flow_succeeds_with_nothing_to_audit(airfl
         audit.run(FlowLink.of(config.load(path), "depot->quarry"), topics=r"standby\.orders")
 
 
+@pytest.mark.airflow
 def test_backfill_repairs_the_gap_an_audit_found_and_the_next_audit_is_complete(
         cfg_path: Path, spark: Any, airflow_home: Path) -> None:
     cfg = config.load(cfg_path)
@@ -290,7 +293,7 @@ def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: P
     cfg = config.load(cfg_path)
     flow = cfg.flow(FLOW)
     _produce_source("bf.pause", 1, 20, _ms(HOUR))
-    lifecycle.start(cfg, flow, "test")
+    lifecycle.start(FlowLink.of(cfg, flow), "test")
     stream = StreamProcess(cfg_path, FLOW, tmp_path / "stream")
     stream.start()
     try:
@@ -303,7 +306,7 @@ def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: P
         report = backfill.run(FlowLink.of(cfg, FLOW), topics=r"bf\.pause", from_offsets={"bf.pause": {0: 0}},
                               pause=True, spark=spark)
         assert report.paused and stream.proc is not None and stream.proc.wait(120) == 0  # it stopped cleanly
-        assert lifecycle.requested(cfg, flow).state == lifecycle.RUNNING  # and is asked to run again
+        assert lifecycle.requested(FlowLink.of(cfg, flow)).state == lifecycle.RUNNING  # and is asked to run again
         # Whatever the stream had mirrored, the backfill added only what was missing: every record once.
         assert sorted(_origins("quarry.bf.pause", 0)) == list(range(20)), report.table()
     finally:

@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient
 from mirrorflow.jobs import checkpoints
 from mirrorflow.jobs.checkpoints import Checkpoint
 from mirrorflow.kafka import offset_sync_log
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config, paths
 from mirrorflow.spark import maven
 from support.airflow import deployment
@@ -166,7 +167,7 @@ def _checkpoints(group: str, source: str = "alpha", on: str = BETA) -> dict[tupl
 
 
 def _round(cfg: config.MirrorConfig, flow: str = "alpha->beta") -> dict[str, checkpoints.GroupCheckpoints]:
-    return {r.group: r for r in checkpoints.run_round(cfg, cfg.flow(flow))}
+    return {r.group: r for r in checkpoints.run_round(FlowLink.of(cfg, flow))}
 
 
 def test_a_group_resumes_on_the_target_having_lost_nothing_and_reading_nothing_twice(setup) -> None:  # type: ignore[no-untyped-def]
@@ -193,7 +194,7 @@ def test_a_group_resumes_on_the_target_having_lost_nothing_and_reading_nothing_t
         for p in range(3):
             got = [origin(m).offset for m in read[p]]
             assert got == [o for o in visible[p] if o >= by_partition[p]], f"{group} partition {p}"
-        compared = {t.partition: t for t in checkpoints.translate_group(cfg, cfg.flow("alpha->beta"), group,
+        compared = {t.partition: t for t in checkpoints.translate_group(FlowLink.of(cfg, "alpha->beta"), group,
                                                                          compare_mm2=True)}
         for p in range(3):
             mm2 = compared[p].mm2_offset

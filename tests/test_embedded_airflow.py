@@ -21,6 +21,7 @@ import pytest
 from mirrorflow.dev import local_airflow
 from mirrorflow.jobs import lifecycle
 from mirrorflow.kafka import clients, flow_lease
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.status import metrics
 from support.clusters import PORTS
@@ -209,7 +210,7 @@ def test_a_quiet_flows_scheduled_runs_succeed_and_their_task_logs_carry_no_error
 def test_a_rehearsal_asks_for_approval_and_the_answer_given_through_the_rest_api_changes_nothing(
         embedded: tuple[Path, config.MirrorConfig, list[str]], answer: str) -> None:
     _, cfg, _ = embedded
-    before = lifecycle.requested(cfg, cfg.flow(FLOW))
+    before = lifecycle.requested(FlowLink.of(cfg, cfg.flow(FLOW)))
     code, run = local_airflow.api("POST", "/api/v2/dags/mirrorflow_failover/dagRuns",
                                   {"logical_date": None, "conf": {"rehearse_approval": True}})
     assert code == 200, run
@@ -246,8 +247,8 @@ def test_a_rehearsal_asks_for_approval_and_the_answer_given_through_the_rest_api
     else:
         assert states["drain"] == states["report"] == "skipped", states
         assert "Rejected at the approval step: nothing changed." in page, page
-    assert lifecycle.requested(cfg, cfg.flow(FLOW)) == before
-    assert lifecycle.requested(cfg, cfg.flow(REVERSE)).state == lifecycle.STOPPED
+    assert lifecycle.requested(FlowLink.of(cfg, cfg.flow(FLOW))) == before
+    assert lifecycle.requested(FlowLink.of(cfg, cfg.flow(REVERSE))).state == lifecycle.STOPPED
 
 
 def test_the_scheduler_restarts_a_killed_stream_within_two_minutes(

@@ -24,7 +24,7 @@ SYNCS = "mirrorflow-offset-syncs-alpha-internal"
 REMOTE = "alpha-mig.orders"
 
 
-def test_runs_of_an_older_version_become_anchors_and_translate_exactly(stream_clusters: config.MirrorConfig,
+def test_runs_of_an_older_version_become_anchors_and_translate_exactly(local_clusters: config.MirrorConfig,
                                                                        tmp_path: Path) -> None:
     path = tmp_path / "mirror.properties"
     path.write_text(config_text(("alpha", "beta"), (PORTS["alpha"], PORTS["beta"]), ["alpha->beta"],

@@ -24,6 +24,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from mirrorflow.jobs import lifecycle
 from mirrorflow.kafka import clients, flow_lease
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.status import metrics
 from support.airflow import deployment
@@ -83,7 +84,7 @@ def dr(stream_clusters: config.MirrorConfig, airflow_home: Path, tmp_path_factor
     yield Deployment(path, config.load(path), work, airflow_home / "airflow.db")
     cfg = config.load(path)
     for name in ("primary->backup", "backup->primary"):
-        lifecycle.stop(cfg, cfg.flow(name), "end of the test module", 120)
+        lifecycle.stop(FlowLink.of(cfg, cfg.flow(name)), "end of the test module", 120)
     for run in StreamDagRun.started:
         run.wait(120)
 
@@ -205,7 +206,7 @@ def test_the_stream_dag_launches_the_flow_with_spark_submit_restarts_it_when_kil
     for i in range(PER_PARTITION * PARTITIONS):
         p.produce(TOPIC, f"v{i}".encode(), partition=i % PARTITIONS)
     p.flush(30)
-    lifecycle.start(dr.cfg, dr.cfg.flow("primary->backup"), "test")
+    lifecycle.start(FlowLink.of(dr.cfg, dr.cfg.flow("primary->backup")), "test")
     first = StreamDagRun(dr, "primary->backup")
     wait_for(lambda: bool(_holders(dr.cfg, "primary->backup")), 180, "the stream DAG's stream to hold the lease")
     wait_for(lambda: record_counts(BACKUP, f"primary.{TOPIC}") == [PER_PARTITION] * PARTITIONS, 120,
@@ -242,7 +243,7 @@ def test_the_stream_dag_launches_the_flow_with_spark_submit_restarts_it_when_kil
 
 def test_a_bad_request_fails_at_preflight_having_changed_nothing(dr: Deployment) -> None:
     forward = dr.cfg.flow("primary->backup")
-    before = lifecycle.requested(dr.cfg, forward)
+    before = lifecycle.requested(FlowLink.of(dr.cfg, forward))
     base = [sys.executable, "-m", "mirrorflow", "--config", str(dr.path), "failover", "--yes"]
     cases = {
         ("--source", "nowhere", "--target", "backup"): "unknown cluster 'nowhere'",
@@ -262,7 +263,7 @@ def test_a_bad_request_fails_at_preflight_having_changed_nothing(dr: Deployment)
     assert state == "success" and tasks["approval"] == "skipped", tasks
     assert "matches none of" in report["markdown"] and "RPO" in report["markdown"], report
     assert "primary->backup" in report["markdown"] and "dry run" in report["markdown"]
-    assert lifecycle.requested(dr.cfg, forward) == before
+    assert lifecycle.requested(FlowLink.of(dr.cfg, forward)) == before
     assert _holders(dr.cfg, "primary->backup")
 
 
@@ -288,8 +289,8 @@ def test_planned_failover_moves_the_group_so_it_reads_exactly_the_remaining_reco
     assert not _holders(dr.cfg, "primary->backup")  # stopped by the runbook: the stream finished its batch, exited 0
     running = [r for r in StreamDagRun.started if r.dag_id.endswith("primary_to_backup")][-1]
     assert "state=success" in running.wait(120)
-    assert lifecycle.requested(dr.cfg, dr.cfg.flow("primary->backup")).state == lifecycle.STOPPED
-    assert lifecycle.requested(dr.cfg, dr.cfg.flow("backup->primary")).state == lifecycle.RUNNING
+    assert lifecycle.requested(FlowLink.of(dr.cfg, dr.cfg.flow("primary->backup"))).state == lifecycle.STOPPED
+    assert lifecycle.requested(FlowLink.of(dr.cfg, dr.cfg.flow("backup->primary"))).state == lifecycle.RUNNING
     on_backup = _consume(BACKUP, GROUP, [f"primary.{TOPIC}"])
     everything = {f"v{i}".encode() for i in range(PER_PARTITION * PARTITIONS + 90)}
     assert len(on_backup) == len(set(on_backup)) == len(everything) - 180  # zero re-read
@@ -318,8 +319,8 @@ def test_failback_brings_home_what_was_produced_on_the_backup_and_the_group_resu
     resumed = _consume(PRIMARY, GROUP, [TOPIC, f"backup.{TOPIC}"])
     assert sorted(resumed) == sorted(set(f"outage-{i}".encode() for i in range(150)) - set(read_on_backup))
     assert not _holders(dr.cfg, "backup->primary")
-    assert lifecycle.requested(dr.cfg, dr.cfg.flow("backup->primary")).state == lifecycle.STOPPED
-    assert lifecycle.requested(dr.cfg, dr.cfg.flow("primary->backup")).state == lifecycle.RUNNING
+    assert lifecycle.requested(FlowLink.of(dr.cfg, dr.cfg.flow("backup->primary"))).state == lifecycle.STOPPED
+    assert lifecycle.requested(FlowLink.of(dr.cfg, dr.cfg.flow("primary->backup"))).state == lifecycle.RUNNING
 
 
 def test_the_control_and_health_dags_fail_when_a_flow_requested_running_has_no_stream(

@@ -189,10 +189,11 @@ class Scheduler:
 
     def launch(self) -> None:
         from mirrorflow.jobs import lifecycle
+        from mirrorflow.kafka.link import FlowLink
 
         for flow in self.cfg.flows:
             try:
-                wanted = lifecycle.requested(self.cfg, flow).state
+                wanted = lifecycle.requested(FlowLink.of(self.cfg, flow)).state
             except Exception:  # the flow's target is down: nothing to launch there
                 continue
             running = self.streams.get(flow.name)
@@ -203,6 +204,7 @@ class Scheduler:
 
     def wait_streaming(self, flow_name: str, timeout: float = 240) -> None:
         from mirrorflow.jobs import lifecycle
+        from mirrorflow.kafka.link import FlowLink
 
         flow = self.cfg.flow(flow_name)
         deadline = time.monotonic() + timeout
@@ -211,7 +213,7 @@ class Scheduler:
             if stream is not None and not stream.alive():
                 raise RuntimeError(f"the {flow_name} stream exited:\n{stream.output()[-2000:]}")
             with suppress(Exception):
-                if lifecycle.health(self.cfg, flow, with_lag=False).alive:
+                if lifecycle.health(FlowLink.of(self.cfg, flow), with_lag=False).alive:
                     return
             time.sleep(1)
         raise RuntimeError(f"no {flow_name} stream within {timeout:.0f} s")
@@ -230,12 +232,13 @@ class Scheduler:
 
     def _checkpoints(self) -> None:
         from mirrorflow.jobs import checkpoints
+        from mirrorflow.kafka.link import FlowLink
 
         period = float(self.cfg.flows[0].number("emit.checkpoints.interval.seconds"))
         while not self._stop.wait(period):
             for flow in self.cfg.flows:
                 try:
-                    checkpoints.run_round(self.cfg, flow)
+                    checkpoints.run_round(FlowLink.of(self.cfg, flow))
                 except Exception:  # a cluster down: that flow's checkpoints wait, as in Airflow
                     self.checkpoint_failures += 1
 
@@ -290,9 +293,10 @@ class Drill:
 
     def _flows(self, running: str, stopped: str) -> None:
         from mirrorflow.jobs import lifecycle
+        from mirrorflow.kafka.link import FlowLink
 
-        lifecycle.request(self.cfg, self.cfg.flow(running), lifecycle.RUNNING, "dr drill")
-        lifecycle.request(self.cfg, self.cfg.flow(stopped), lifecycle.STOPPED, "dr drill")
+        lifecycle.request(FlowLink.of(self.cfg, self.cfg.flow(running)), lifecycle.RUNNING, "dr drill")
+        lifecycle.request(FlowLink.of(self.cfg, self.cfg.flow(stopped)), lifecycle.STOPPED, "dr drill")
 
     def _application(self, scenario: str, scheduler: Scheduler) -> App:
         """The scenario's application, running on primary for `seconds` with the forward flow streaming."""
@@ -333,6 +337,7 @@ class Drill:
     def unplanned(self, scheduler: Scheduler) -> list[Move]:
         from mirrorflow.dev import local
         from mirrorflow.jobs import lifecycle
+        from mirrorflow.kafka.link import FlowLink
 
         p, b = self.primary, self.backup
         app = self._application("unplanned", scheduler)
@@ -351,7 +356,7 @@ class Drill:
         rto = app.wait_first_read(b, began) - began
         # The forward flow has no source any more; it stops (and stays stopped until the failback) so that the
         # audit below sees what it had mirrored when primary was lost.
-        lifecycle.stop(self.cfg, self.cfg.flow(f"{p}->{b}"), "primary lost", 180)
+        lifecycle.stop(FlowLink.of(self.cfg, self.cfg.flow(f"{p}->{b}")), "primary lost", 180)
         time.sleep(self.seconds)
         failover = Move("unplanned failover", _rpo_text(report), _rpo_records(report), round(rto, 1), 0, 0,
                         runbook_s=round(ran, 1))
@@ -362,7 +367,7 @@ class Drill:
         failover.mirrored_through = report.get("rpo", {}).get("mirrored_through")
         failover.oldest_not_mirrored = self._oldest_missing(app.topic, p, b)
         # Failback: what was produced on backup meanwhile goes home first (the reverse flow), then the group.
-        lifecycle.request(self.cfg, self.cfg.flow(f"{b}->{p}"), lifecycle.RUNNING, "dr drill: failback")
+        lifecycle.request(FlowLink.of(self.cfg, self.cfg.flow(f"{b}->{p}")), lifecycle.RUNNING, "dr drill: failback")
         scheduler.launch()
         scheduler.wait_streaming(f"{b}->{p}")
         app.stop()

@@ -22,6 +22,7 @@ from typing import Any
 from mirrorflow.entry import deployment
 from mirrorflow.errors import MirrorflowError
 from mirrorflow.jobs import checkpoints, lifecycle
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.status import metrics
 
@@ -66,11 +67,11 @@ def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None) -> list[d
             continue
         row: dict[str, Any] = {"flow": flow.name}
         try:
-            found = lifecycle.health(cfg, flow)
+            found = lifecycle.health(FlowLink.of(cfg, flow))
             row.update(requested=found.requested.state, running=found.alive, holders=list(found.holders),
                        lag_records=found.lag_records, lag_seconds=found.lag_seconds,
                        heartbeat_age_s=found.heartbeat_age_s, lag_error=found.source_error or found.lease_error,
-                       checkpoint_age_s=checkpoints.newest_checkpoint_age_s(cfg, flow))
+                       checkpoint_age_s=checkpoints.newest_checkpoint_age_s(FlowLink.of(cfg, flow)))
         except MirrorflowError as exc:
             row["error"] = str(exc)
         status = metrics.read_status(metrics.status_file(flow)) or {}

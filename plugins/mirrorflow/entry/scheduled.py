@@ -52,7 +52,7 @@ def checkpoint_rounds(config_path: Path, flow_name: str, seconds: float) -> dict
     flow = cfg.flow(flow_name)
     interval = flow.number("emit.checkpoints.interval.seconds")
     until = time.monotonic() + seconds
-    rounds = checkpoints.CheckpointRounds(cfg, flow)
+    rounds = checkpoints.CheckpointRounds(FlowLink.of(cfg, flow))
     summary: dict[str, Any] = {"flow": flow.name, "rounds": 0}
     try:
         while True:
@@ -114,13 +114,13 @@ def control(config_path: Path, flow_name: str, action: str, reason: str) -> dict
     flow = cfg.flow(flow_name)
     reason = reason or f"{action} from Airflow"
     if action in ("stop", "restart"):
-        lifecycle.stop(cfg, flow, reason)
+        lifecycle.stop(FlowLink.of(cfg, flow), reason)
         log.info("flow %s: stopped cleanly", flow.name)
     if action in ("start", "restart"):
-        runs = lifecycle.start(cfg, flow, reason)
+        runs = lifecycle.start(FlowLink.of(cfg, flow), reason)
         log.info("flow %s: %s", flow.name, "running" if runs else
                  f"requested running: DAG {deployment.dag_id('stream', flow)} launches it within a minute")
-    found = lifecycle.health(cfg, flow)
+    found = lifecycle.health(FlowLink.of(cfg, flow))
     log.info("%s", found.line())
     for behind in found.behind()[:20]:
         log.info("flow %s: %s-%d is %d records behind", flow.name, behind.topic, behind.partition, behind.records)
@@ -141,14 +141,14 @@ def health_check(config_path: Path, flow_name: str) -> dict[str, Any]:
 
     cfg = _load(config_path)
     flow = cfg.flow(flow_name)
-    found = lifecycle.health(cfg, flow)
+    found = lifecycle.health(FlowLink.of(cfg, flow))
     wanted = found.requested.state == lifecycle.RUNNING
     if wanted and not found.alive and not found.lease_error:
         log.info("%s; waiting up to %d s for its stream DAG to launch it", found.line(),
                  flow.number("mirrorflow.health.grace.seconds"))
-        lifecycle.wait_until(lambda: lifecycle.health(cfg, flow, with_lag=False).alive,
+        lifecycle.wait_until(lambda: lifecycle.health(FlowLink.of(cfg, flow), with_lag=False).alive,
                              flow.number("mirrorflow.health.grace.seconds"), 5.0)
-        found = lifecycle.health(cfg, flow)
+        found = lifecycle.health(FlowLink.of(cfg, flow))
     log.info("%s", found.line())
     problems = []
     if found.lease_error:

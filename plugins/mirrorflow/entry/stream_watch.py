@@ -23,6 +23,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from mirrorflow.entry import deployment
 from mirrorflow.jobs import lifecycle
 from mirrorflow.kafka import clients
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model.config import Flow
 
 DECIDE_TIMEOUT_S = 120.0  # one launch decision: a few Kafka reads with their own timeouts
@@ -34,7 +35,7 @@ def launch_decision(config_path: Path, flow_name: str) -> tuple[bool, str, Flow]
     clients.quiet()
     cfg = deployment.load(config_path)
     flow = cfg.flow(flow_name)
-    return (*lifecycle.launch_decision(cfg, flow), flow)
+    return (*lifecycle.launch_decision(FlowLink.of(cfg, flow)), flow)
 
 
 def _event(payload: dict[str, Any]) -> TriggerEvent:

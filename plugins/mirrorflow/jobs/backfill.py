@@ -125,7 +125,7 @@ def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EV
             holding.stop()
         lease.release()
         if resume:
-            lifecycle.start(link.config, flow, "backfill finished")
+            lifecycle.start(link, "backfill finished")
     partitions = tuple(PartitionBackfill(j.topic, j.partition, j.start, j.end, r.end,
                                          SEED if j.mirrored is None else REPAIR,
                                          written.get((j.topic, j.partition), {}).get("records", 0),
@@ -142,15 +142,15 @@ def _label(window: Window, from_offsets: Mapping[str, Mapping[int, int]] | None)
 
 def _pause(link: FlowLink, pause: bool) -> bool:
     """Make sure no stream of the flow runs; True when it was stopped here and should run again after."""
-    cfg, flow = link.config, link.flow
+    flow = link.flow
     holders = flow_lease.holders(link.target_admin, flow.name)
     if not holders:
         return False
     if not pause:
         raise OperationalError(f"flow {flow.name} is running ({', '.join(holders)}): a backfill writes only while "
                                f"the stream is stopped; stop it (mirrorflow stop --flow {flow.name}) or pass --pause")
-    wanted = lifecycle.requested(cfg, flow)
-    lifecycle.stop(cfg, flow, "paused for a backfill")
+    wanted = lifecycle.requested(link)
+    lifecycle.stop(link, "paused for a backfill")
     log.info("flow %s: stream stopped for the backfill", flow.name)
     return wanted.state == lifecycle.RUNNING
 

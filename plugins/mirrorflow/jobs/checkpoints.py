@@ -34,11 +34,11 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync, clients, flow_lease, offset_sync_log
 from mirrorflow.kafka.internal_log import InternalLog
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.kafka.target_reader import TargetRecords
 from mirrorflow.model import selection
 from mirrorflow.model.config import Flow, MirrorConfig
 from mirrorflow.rules import offset_syncs, wire
-from mirrorflow.rules.policy import checkpoints_topic
 from mirrorflow.rules.translation import (
     PartitionSyncs,
     TargetReader,
@@ -124,11 +124,11 @@ class GroupOffsets:
     and one reader of the mirrored records on each side; a long-lived instance refreshes the syncs
     incrementally at each `refresh()`."""
 
-    def __init__(self, cfg: MirrorConfig, flow: Flow) -> None:
-        self.flow, self.policy = flow, flow.policy
-        self.source, self.target = cfg.cluster(flow.source), cfg.cluster(flow.target)
-        self.source_admin: AdminClient = clients.admin(self.source)
-        self.target_admin: AdminClient = clients.admin(self.target)
+    def __init__(self, link: FlowLink) -> None:
+        self.link, self.flow, self.policy = link, link.flow, link.flow.policy
+        self.source, self.target = link.source, link.target
+        self.source_admin: AdminClient = link.source_admin
+        self.target_admin: AdminClient = link.target_admin
         self._syncs: dict[str, offset_sync_log.SyncsState] = {}
         self._readers: dict[str, TargetRecords] = {}
         self.unread: dict[str, str] = {}  # groups whose offsets the last read could not get, and why
@@ -327,11 +327,10 @@ def _clamped(answers: Mapping[int, Translation], offsets: Iterable[int], log_sta
     return out
 
 
-def translate_group(cfg: MirrorConfig, flow: Flow, group: str, *, compare_mm2: bool = False
-                    ) -> list[PartitionTranslation]:
+def translate_group(link: FlowLink, group: str, *, compare_mm2: bool = False) -> list[PartitionTranslation]:
     """Where `group` would resume on the flow's target, per partition; changes nothing. `compare_mm2` adds what
     MirrorMaker 2's rule would answer on the same writes."""
-    offsets = GroupOffsets(cfg, flow)
+    offsets = GroupOffsets(link)
     try:
         translated = offsets.translate(group, offsets.committed(group))
         if compare_mm2:
@@ -369,10 +368,9 @@ def newest_checkpoint_ms(consumer_settings: Mapping[str, Any], topic: str) -> in
     return max(times, default=None)
 
 
-def newest_checkpoint_age_s(cfg: MirrorConfig, flow: Flow) -> float | None:
+def newest_checkpoint_age_s(link: FlowLink) -> float | None:
     """Seconds since the flow's newest checkpoint was written (never negative), or None if there is none."""
-    newest = newest_checkpoint_ms(clients.settings(cfg.cluster(flow.target), "consumer"),
-                                  checkpoints_topic(flow.policy, flow.source))
+    newest = newest_checkpoint_ms(link.settings("target", "consumer"), link.checkpoints_topic)
     return None if newest is None else round(max(time.time() - newest / 1000, 0.0), 1)
 
 
@@ -380,14 +378,14 @@ class CheckpointRounds:
     """A flow's checkpoint rounds in one process: the offset syncs and the checkpoints topic are read once, then
     only what is new (at most one checkpoint per group-partition and the syncs' bounded state are kept)."""
 
-    def __init__(self, cfg: MirrorConfig, flow: Flow) -> None:
-        self.flow = flow
-        self.offsets = GroupOffsets(cfg, flow)
-        self.topic = checkpoints_topic(self.offsets.policy, flow.source)
+    def __init__(self, link: FlowLink) -> None:
+        self.flow = flow = link.flow
+        self.offsets = GroupOffsets(link)
+        self.topic = link.checkpoints_topic
         admin_sync.ensure_internal_topic(self.offsets.target_admin, flow.target, self.topic,
                                          flow.number("checkpoints.topic.replication.factor"),
                                          admin_sync.COMPACTED)
-        self._log = InternalLog(clients.settings(self.offsets.target, "consumer"), self.topic, "checkpoints")
+        self._log = InternalLog(link.settings("target", "consumer"), self.topic, "checkpoints")
         self.previous: dict[tuple[str, str, int], Checkpoint] = {}
         self.written = 0  # checkpoint records written by the last round (unchanged ones are not rewritten)
 
@@ -425,9 +423,9 @@ class CheckpointRounds:
         return results
 
 
-def run_round(cfg: MirrorConfig, flow: Flow) -> list[GroupCheckpoints]:
+def run_round(link: FlowLink) -> list[GroupCheckpoints]:
     """One checkpoint round for a flow, in a process of its own (a command, an Airflow task)."""
-    rounds = CheckpointRounds(cfg, flow)
+    rounds = CheckpointRounds(link)
     try:
         return rounds.run()
     finally:
@@ -438,7 +436,7 @@ def _write(offsets: GroupOffsets, topic: str, changed: Sequence[tuple[GroupCheck
            read_at: float) -> None:
     if not changed:
         return
-    producer = clients.producer(offsets.target, **{"acks": "all", "enable.idempotence": True})
+    producer = offsets.link.target_producer(**{"acks": "all", "enable.idempotence": True})
     failures: list[str] = []
 
     def acked(result: GroupCheckpoints, key: TopicPartitionKey) -> Any:
@@ -508,7 +506,7 @@ def loop(cfg: MirrorConfig, flows: Sequence[Flow], report: Callable[[Flow, list[
                 due[flow.name] = time.monotonic() + flow.number("emit.checkpoints.interval.seconds")
                 try:
                     if flow.name not in rounds:
-                        rounds[flow.name] = CheckpointRounds(cfg, flow)
+                        rounds[flow.name] = CheckpointRounds(FlowLink.of(cfg, flow))
                     report(flow, rounds[flow.name].run())
                 except OperationalError as exc:
                     log.error("flow %s: checkpoint round failed: %s", flow.name, exc)

@@ -21,14 +21,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync, clients, flow_lease, heartbeats, offset_sync_log
-from mirrorflow.model import selection
-from mirrorflow.model.config import Flow, MirrorConfig
-from mirrorflow.rules import offset_syncs
-from mirrorflow.rules.policy import HEARTBEATS_TOPIC, is_heartbeats_topic
+from mirrorflow.kafka.link import FlowLink
+from mirrorflow.rules.policy import HEARTBEATS_TOPIC
 
 log = logging.getLogger(__name__)
 STATES_TOPIC = "mirrorflow-flow-states.internal"
@@ -60,17 +58,17 @@ class Requested:
         return f"requested {self.state}{since}" + (f" ({self.reason})" if self.reason else "")
 
 
-def _ensure_states_topic(cfg: MirrorConfig, flow: Flow, admin: AdminClient) -> None:
-    admin_sync.ensure_internal_topic(admin, flow.target, STATES_TOPIC,
-                                     flow.number("offset-syncs.topic.replication.factor"),
+def _ensure_states_topic(link: FlowLink) -> None:
+    admin_sync.ensure_internal_topic(link.target_admin, link.flow.target, STATES_TOPIC,
+                                     link.flow.number("offset-syncs.topic.replication.factor"),
                                      admin_sync.COMPACTED)
 
 
-def requested(cfg: MirrorConfig, flow: Flow) -> Requested:
+def requested(link: FlowLink) -> Requested:
     """The newest request for the flow, read from its target; running if there is none."""
+    flow = link.flow
     newest = Requested(flow.name)
-    target = cfg.cluster(flow.target)
-    for msg in clients.read_to_end(clients.settings(target, "consumer"), STATES_TOPIC, "flow states"):
+    for msg in clients.read_to_end(link.settings("target", "consumer"), STATES_TOPIC, "flow states"):
         if msg.key() == flow.name.encode() and msg.value() is not None:
             try:
                 newest = Requested.decode(msg.key() or b"", msg.value() or b"")
@@ -79,15 +77,14 @@ def requested(cfg: MirrorConfig, flow: Flow) -> Requested:
     return newest
 
 
-def request(cfg: MirrorConfig, flow: Flow, state: str, reason: str) -> Requested:
+def request(link: FlowLink, state: str, reason: str) -> Requested:
     """Record that the flow should be `state` (running or stopped); acknowledged by the target when this returns."""
     if state not in (RUNNING, STOPPED):
         raise ValueError(state)
-    target = cfg.cluster(flow.target)
-    admin = clients.admin(target)
-    _ensure_states_topic(cfg, flow, admin)
+    flow = link.flow
+    _ensure_states_topic(link)
     wanted = Requested(flow.name, state, reason, int(time.time() * 1000))
-    producer = clients.producer(target, **{"acks": "all", "enable.idempotence": True})
+    producer = link.target_producer(**{"acks": "all", "enable.idempotence": True})
     producer.produce(STATES_TOPIC, wanted.value(), wanted.key(), partition=0)
     if producer.flush(admin_sync.TIMEOUT_S) > 0:
         raise OperationalError(f"cannot record flow {flow.name} as {state} on {flow.target}: "
@@ -99,16 +96,16 @@ def request(cfg: MirrorConfig, flow: Flow, state: str, reason: str) -> Requested
 class StopWatch:
     """Calls `on_stop` when a stop is requested for the flow after the watch started (a driver's thread)."""
 
-    def __init__(self, cfg: MirrorConfig, flow: Flow, on_stop: Callable[[Requested], None]) -> None:
-        self.cfg, self.flow, self.on_stop = cfg, flow, on_stop
+    def __init__(self, link: FlowLink, on_stop: Callable[[Requested], None]) -> None:
+        self.link, self.flow, self.on_stop = link, link.flow, on_stop
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Returns once the watch reads from the states topic's end as it is now: a stop requested after this
         returns is seen, however slowly the watch's thread gets going."""
-        _ensure_states_topic(self.cfg, self.flow, clients.admin(self.cfg.cluster(self.flow.target)))
-        settings = clients.settings(self.cfg.cluster(self.flow.target), "consumer")
+        _ensure_states_topic(self.link)
+        settings = self.link.settings("target", "consumer")
         consumer = Consumer({**settings, "group.id": "mirrorflow-stop-watch", "enable.auto.commit": False,
                              "isolation.level": "read_committed"})
         try:
@@ -218,22 +215,20 @@ class FlowHealth:
                 "lost": [{"topic": x.topic, "partition": x.partition, "records": x.lost} for x in self.losing()]}
 
 
-def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_sync_log.SyncsState | None = None) -> list[PartitionLag]:
+def lags(link: FlowLink, syncs: offset_sync_log.SyncsState | None = None) -> list[PartitionLag]:
     """Per replicated source partition (heartbeats topics aside): its end and what the flow has mirrored of it.
 
     `syncs`: a long-lived view of the flow's offset syncs, refreshed with what is new (else read once)."""
-    source, target = cfg.cluster(flow.source), cfg.cluster(flow.target)
-    source_admin = clients.admin(source, **{"socket.timeout.ms": 10_000})
+    source = link.source
+    source_admin = link.admin("source", **{"socket.timeout.ms": 10_000})  # a source away: say so within seconds
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
-    partitions = [(t, p) for t, n in sorted(counts.items())
-                  if selection.replicates(flow, t) and not is_heartbeats_topic(flow.policy, t) for p in range(n)]
-    committed = cfg.reads_committed(flow)
+    partitions = link.replicated_partitions(counts)
+    committed = link.reads_committed
     ends = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.latest(),  # type: ignore[no-untyped-call]
                               IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED)
     starts = admin_sync.offsets(source_admin, source.alias, partitions, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     if syncs is None:
-        syncs = offset_sync_log.read(clients.settings(target, "consumer"),
-                                  offset_syncs.topic_name(flow.source, flow.policy.separator))
+        syncs = offset_sync_log.read(link.settings("target", "consumer"), link.syncs_topic)
     else:
         syncs.refresh()
     positions = syncs.positions
@@ -242,7 +237,7 @@ def lags(cfg: MirrorConfig, flow: Flow, syncs: offset_sync_log.SyncsState | None
             + (max(starts[tp] - positions[tp].upstream_next, 0) if tp in positions else 0) for tp in partitions}
     mirrored = {tp: max(positions[tp].upstream_next if tp in positions else 0, starts[tp]) for tp in partitions}
     behind = [tp for tp in partitions if ends[tp] > mirrored[tp]]
-    oldest = _first_timestamps(clients.settings(source, "consumer"), {tp: mirrored[tp] for tp in behind})
+    oldest = _first_timestamps(link.settings("source", "consumer"), {tp: mirrored[tp] for tp in behind})
     return [PartitionLag(t, p, ends[(t, p)], mirrored[(t, p)], oldest.get((t, p)), lost[(t, p)]) for t, p in partitions]
 
 
@@ -269,20 +264,20 @@ def _first_timestamps(settings: Mapping[str, Any], at: Mapping[tuple[str, int], 
     return out
 
 
-def health(cfg: MirrorConfig, flow: Flow, *, with_lag: bool = True) -> FlowHealth:
+def health(link: FlowLink, *, with_lag: bool = True) -> FlowHealth:
     """The flow as the clusters see it. Needs the target; the source only for the lag."""
-    target = cfg.cluster(flow.target)
-    wanted = requested(cfg, flow)
+    flow = link.flow
+    wanted = requested(link)
     try:
-        holders, lease_error = tuple(flow_lease.holders(clients.admin(target), flow.name)), ""
+        holders, lease_error = tuple(flow_lease.holders(link.target_admin, flow.name)), ""
     except OperationalError as exc:
         holders, lease_error = (), str(exc)
-    beat = heartbeats.newest(clients.settings(target, "consumer"), HEARTBEATS_TOPIC).get((flow.source, flow.target))
+    beat = heartbeats.newest(link.settings("target", "consumer"), HEARTBEATS_TOPIC).get((flow.source, flow.target))
     age = None if beat is None else heartbeats.age_s(beat.timestamp_ms, time.time())
     measured, error = None, ""
     if with_lag:
         try:
-            measured = tuple(lags(cfg, flow))
+            measured = tuple(lags(link))
         except OperationalError as exc:
             error = str(exc)
     return FlowHealth(flow.name, wanted, holders, age, measured, error, lease_error=lease_error)
@@ -298,44 +293,43 @@ def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 
         time.sleep(interval_s)
 
 
-def stop(cfg: MirrorConfig, flow: Flow, reason: str, timeout_s: float = 120.0) -> Requested:
+def stop(link: FlowLink, reason: str, timeout_s: float = 120.0) -> Requested:
     """Ask the flow to stop and wait until no instance holds its lease (its running batch finishes first)."""
-    wanted = request(cfg, flow, STOPPED, reason)
-    admin = clients.admin(cfg.cluster(flow.target))
+    flow, admin = link.flow, link.target_admin
+    wanted = request(link, STOPPED, reason)
     if not wait_until(lambda: not flow_lease.holders(admin, flow.name), timeout_s):
         raise OperationalError(f"flow {flow.name} still runs {timeout_s:.0f} s after the stop request "
                                f"(holder: {', '.join(flow_lease.holders(admin, flow.name))})")
     return wanted
 
 
-def start(cfg: MirrorConfig, flow: Flow, reason: str, wait_s: float = 0.0) -> bool:
+def start(link: FlowLink, reason: str, wait_s: float = 0.0) -> bool:
     """Ask the flow to run; with `wait_s`, wait that long for an instance to hold its lease. True if it runs."""
-    request(cfg, flow, RUNNING, reason)
-    admin = clients.admin(cfg.cluster(flow.target))
-    return wait_until(lambda: bool(flow_lease.holders(admin, flow.name)), wait_s)
+    request(link, RUNNING, reason)
+    return wait_until(lambda: bool(flow_lease.holders(link.target_admin, link.name)), wait_s)
 
 
-def launch_decision(cfg: MirrorConfig, flow: Flow) -> tuple[bool, str]:
+def launch_decision(link: FlowLink) -> tuple[bool, str]:
     """Whether a supervisor should launch the flow's stream now, and why (one line)."""
-    wanted = requested(cfg, flow)
+    flow = link.flow
+    wanted = requested(link)
     if wanted.state != RUNNING:
         return False, f"flow {flow.name} is {wanted.line()}: not started"
-    holders = flow_lease.holders(clients.admin(cfg.cluster(flow.target)), flow.name)
+    holders = flow_lease.holders(link.target_admin, flow.name)
     if holders:
         return False, f"flow {flow.name} already runs on {', '.join(holders)}"
     return True, f"flow {flow.name} is {wanted.line()} and no instance holds its lease: starting it"
 
 
-def wait_caught_up(cfg: MirrorConfig, flow: Flow, timeout_s: float,
+def wait_caught_up(link: FlowLink, timeout_s: float,
                    progress: Callable[[list[PartitionLag]], None] = lambda _: None) -> list[PartitionLag]:
     """Wait until every replicated partition's lag is 0; raises naming the partitions still behind."""
     deadline = time.monotonic() + timeout_s
-    target = cfg.cluster(flow.target)
-    syncs = offset_sync_log.SyncsState(clients.settings(target, "consumer"),
-                                    offset_syncs.topic_name(flow.source, flow.policy.separator))
+    flow = link.flow
+    syncs = offset_sync_log.SyncsState(link.settings("target", "consumer"), link.syncs_topic)
     try:
         while True:
-            measured = lags(cfg, flow, syncs)
+            measured = lags(link, syncs)
             behind = [lag for lag in measured if lag.records]
             if not behind:
                 return measured

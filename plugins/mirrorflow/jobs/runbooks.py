@@ -33,9 +33,9 @@ from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.jobs import checkpoints, lifecycle
 from mirrorflow.jobs.checkpoints import GroupOffsets, PartitionTranslation
 from mirrorflow.kafka import admin_sync, clients
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model.config import Flow, MirrorConfig
 from mirrorflow.rules.filters import java_regex_to_python
-from mirrorflow.rules.policy import checkpoints_topic
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
     """Check everything the run needs, change nothing, and summarise; raises on the first thing that is wrong."""
     started = time.time()
     flow = _flow(cfg, rb)
+    link = FlowLink(cfg, flow)
     reverse = _reverse(cfg, rb) if rb.switch_flows else None
     pattern = _group_pattern(rb.groups)
     target_error = _reachable(cfg, rb.target)
@@ -99,12 +100,12 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
     if source_error and rb.mode == PLANNED:
         raise OperationalError(f"{rb.title}: source cluster {rb.source} is unreachable ({source_error}); "
                                f"a planned {rb.kind} drains it first. Use mode unplanned if it is down")
-    health = lifecycle.health(cfg, flow, with_lag=not source_error)
+    health = lifecycle.health(link, with_lag=not source_error)
     if source_error:
-        groups = sorted({g for g, _, _ in _newest_checkpoints(cfg, flow)})
+        groups = sorted({g for g, _, _ in _newest_checkpoints(link)})
         where = f"the checkpoints on {rb.target} ({rb.source} is down)"
     else:
-        groups = GroupOffsets(cfg, flow).groups()
+        groups = GroupOffsets(link).groups()
         where = f"{rb.source}'s groups that flow {flow.name} replicates"
     selected = [g for g in groups if pattern.fullmatch(g)]
     notices = []
@@ -134,7 +135,7 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
         "reverse_flow": reverse.name if reverse else None,
         "source_reachable": not source_error, "source_error": source_error,
         "stream": health.as_dict(), "stream_line": health.line(),
-        "checkpoint_age_s": checkpoints.newest_checkpoint_age_s(cfg, flow), "groups": selected,
+        "checkpoint_age_s": checkpoints.newest_checkpoint_age_s(link), "groups": selected,
         "rpo": rpo, "notices": notices,
     }
     summary["markdown"] = preflight_markdown(summary)
@@ -189,9 +190,8 @@ def _active_groups(cfg: MirrorConfig, alias: str, groups: Sequence[str]) -> list
     return sorted(g for g, d in described.items() if d.state not in _IDLE)
 
 
-def _newest_checkpoints(cfg: MirrorConfig, flow: Flow) -> list[tuple[str, str, int]]:
-    topic = checkpoints_topic(flow.policy, flow.source)
-    return list(checkpoints.read_checkpoints(clients.settings(cfg.cluster(flow.target), "consumer"), topic))
+def _newest_checkpoints(link: FlowLink) -> list[tuple[str, str, int]]:
+    return list(checkpoints.read_checkpoints(link.settings("target", "consumer"), link.checkpoints_topic))
 
 
 def _rpo(flow: Flow, health: lifecycle.FlowHealth, started: float) -> dict[str, Any]:
@@ -256,12 +256,12 @@ def _plan_text(rb: Runbook, p: Mapping[str, Any]) -> str:
 
 def drain(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
     """Planned: wait until the flow's lag is 0 on every partition; raises naming those still behind."""
-    flow = cfg.flow(rb.flow_name)
+    link = FlowLink.of(cfg, rb.flow_name)
     if rb.mode == UNPLANNED:
         log.info("%s: unplanned, the source is not drained: what was mirrored is what the target has", rb.title)
         return {"drained": False, "waited_s": 0.0}
     if rb.dry_run:
-        behind = [lag for lag in lifecycle.lags(cfg, flow) if lag.records]
+        behind = [lag for lag in lifecycle.lags(link) if lag.records]
         log.info("%s: dry run: would wait until %d partition(s) with %d records are mirrored", rb.title,
                  len(behind), sum(b.records for b in behind))
         return {"drained": False, "waited_s": 0.0, "behind": len(behind)}
@@ -271,7 +271,7 @@ def drain(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
         log.info("%s: draining, %d records behind on %d partition(s)", rb.title,
                  sum(b.records for b in behind), len(behind))
 
-    measured = lifecycle.wait_caught_up(cfg, flow, rb.drain_timeout_s, progress)
+    measured = lifecycle.wait_caught_up(link, rb.drain_timeout_s, progress)
     waited = round(time.monotonic() - began, 1)
     log.info("%s: drained: %d partition(s) fully mirrored after %.1f s", rb.title, len(measured), waited)
     return {"drained": True, "waited_s": waited, "partitions": len(measured)}
@@ -286,13 +286,14 @@ def move_groups(cfg: MirrorConfig, rb: Runbook, groups: Sequence[str]) -> dict[s
     if active:
         raise OperationalError(f"{rb.title}: consumer groups active on {rb.target}, nothing committed: "
                                f"{', '.join(active)}")
-    offsets = GroupOffsets(cfg, flow)
+    link = FlowLink(cfg, flow)
+    offsets = GroupOffsets(link)
     if rb.mode == PLANNED and rb.dry_run:
         translations = {g: offsets.translate(g, offsets.committed(g)) for g in groups}
     elif rb.mode == PLANNED:  # the final round: every group's checkpoint is current, and these are its offsets
-        translations = {r.group: r.partitions for r in checkpoints.run_round(cfg, flow)}
+        translations = {r.group: r.partitions for r in checkpoints.run_round(link)}
     else:
-        translations = _from_checkpoints(cfg, flow, groups)
+        translations = _from_checkpoints(link, groups)
     moved = []
     for group in groups:
         parts = translations.get(group, [])
@@ -324,10 +325,10 @@ def _landed(offsets: GroupOffsets, group: str, parts: Sequence[PartitionTranslat
     return text + (f"; {len(ahead)} already further, kept (never moved back): {', '.join(ahead)}" if ahead else "")
 
 
-def _from_checkpoints(cfg: MirrorConfig, flow: Flow, groups: Sequence[str]) -> dict[str, list[PartitionTranslation]]:
+def _from_checkpoints(link: FlowLink, groups: Sequence[str]) -> dict[str, list[PartitionTranslation]]:
     """The newest checkpoint of every partition of the groups, as translations (the source is down)."""
-    topic = checkpoints_topic(flow.policy, flow.source)
-    newest = checkpoints.read_checkpoints(clients.settings(cfg.cluster(flow.target), "consumer"), topic)
+    flow = link.flow
+    newest = checkpoints.read_checkpoints(link.settings("target", "consumer"), link.checkpoints_topic)
     out: dict[str, list[PartitionTranslation]] = {g: [] for g in groups}
     for (group, target_topic, partition), c in sorted(newest.items()):
         if group in out:
@@ -348,14 +349,14 @@ def switch_flows(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
         if rb.dry_run:
             done.append(f"would stop {flow.name}")
         else:
-            lifecycle.stop(cfg, flow, f"{rb.kind} to {rb.target}", rb.stop_timeout_s)
+            lifecycle.stop(FlowLink.of(cfg, flow), f"{rb.kind} to {rb.target}", rb.stop_timeout_s)
             done.append(f"stopped {flow.name}")
     if rb.switch_flows:
         reverse = cfg.flow(rb.reverse_name)
         if rb.dry_run:
             done.append(f"would start {reverse.name}")
         else:
-            runs = lifecycle.start(cfg, reverse, f"{rb.kind} from {rb.source}", wait_s=0)
+            runs = lifecycle.start(FlowLink.of(cfg, reverse), f"{rb.kind} from {rb.source}", wait_s=0)
             done.append(f"started {reverse.name}" if runs else
                         f"requested {reverse.name} running (its stream DAG or `mirrorflow stream` starts it)")
     for line in done:

@@ -168,7 +168,7 @@ class _Driver:
                                          self.flow.number("offset-syncs.topic.replication.factor"),
                                          {"cleanup.policy": "delete", "retention.ms": str(digests.RETENTION_MS)})
         # Watching before the lease is held: whoever sees the lease held can stop the stream.
-        self.stop_watch = lifecycle.StopWatch(self.link.config, self.flow, self._stop_requested)
+        self.stop_watch = lifecycle.StopWatch(self.link, self._stop_requested)
         self.stop_watch.start()
         self.lease = self.link.lease()
         self.lease.acquire()

@@ -70,6 +70,10 @@ class FlowLink:
     def target_admin(self) -> AdminClient:
         return AdminClient(self.settings("target", "admin"))
 
+    def admin(self, side: Side, **overrides: Any) -> AdminClient:
+        """A client of its own, for settings the shared ones must not have (a shorter timeout)."""
+        return AdminClient({**self.settings(side, "admin"), **overrides})
+
     def target_producer(self, **overrides: Any) -> Producer:
         return Producer({**self.settings("target", "producer"), **overrides})
 

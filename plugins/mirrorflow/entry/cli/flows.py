@@ -101,12 +101,13 @@ def _health_within(cfg: configmod.MirrorConfig, flow: configmod.Flow, timeout_s:
     import threading
 
     from mirrorflow.jobs import lifecycle
+    from mirrorflow.kafka.link import FlowLink
 
     found: list[Any] = []
 
     def read() -> None:
         try:
-            found.append(lifecycle.health(cfg, flow))
+            found.append(lifecycle.health(FlowLink.of(cfg, flow)))
         except MirrorflowError as exc:
             found.append(exc)
 
@@ -166,10 +167,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_health(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import lifecycle
+    from mirrorflow.kafka.link import FlowLink
 
     cfg = load_config(args)
     flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
-    found = [lifecycle.health(cfg, flow) for flow in flows]
+    found = [lifecycle.health(FlowLink.of(cfg, flow)) for flow in flows]
     lines = [h.line() for h in found]
     lines += [f"  behind: {b.topic}-{b.partition} {b.records} records" for h in found for b in h.behind()[:10]]
     show([h.as_dict() for h in found], args.json, "\n".join(lines))
@@ -178,9 +180,10 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 def cmd_stop(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import lifecycle
+    from mirrorflow.kafka.link import FlowLink
 
     cfg = load_config(args)
-    lifecycle.stop(cfg, cfg.flow(args.flow), args.reason, args.timeout)
+    lifecycle.stop(FlowLink.of(cfg, args.flow), args.reason, args.timeout)
     print(f"flow {args.flow}: stopped; supervisors will not restart it until `mirrorflow start --flow {args.flow}`")
     return 0
 
@@ -215,9 +218,10 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
 def cmd_start(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import lifecycle
+    from mirrorflow.kafka.link import FlowLink
 
     cfg = load_config(args)
-    runs = lifecycle.start(cfg, cfg.flow(args.flow), args.reason, args.wait)
+    runs = lifecycle.start(FlowLink.of(cfg, args.flow), args.reason, args.wait)
     print(f"flow {args.flow}: " + ("running" if runs else "requested running; its stream DAG (or "
                                    "`mirrorflow stream`) starts it"))
     return 0 if runs or not args.wait else 1

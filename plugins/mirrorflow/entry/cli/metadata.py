@@ -130,6 +130,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     import threading
 
     from mirrorflow.jobs import checkpoints
+    from mirrorflow.kafka.link import FlowLink
 
     cfg = load_config(args)
     flows = ([cfg.flow(args.flow)] if args.flow
@@ -154,7 +155,7 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         checkpoints.loop(cfg, flows, report, stop)
     else:
         for flow in flows:
-            report(flow, checkpoints.run_round(cfg, flow))
+            report(flow, checkpoints.run_round(FlowLink.of(cfg, flow)))
     if args.json:
         print(json.dumps(out, indent=2, sort_keys=True))
     return 0
@@ -162,10 +163,11 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     from mirrorflow.jobs import checkpoints
+    from mirrorflow.kafka.link import FlowLink
 
     cfg = load_config(args)
     flow = cfg.flow(f"{args.source}->{args.target}")
-    rows = checkpoints.translate_group(cfg, flow, args.group, compare_mm2=True)
+    rows = checkpoints.translate_group(FlowLink.of(cfg, flow), args.group, compare_mm2=True)
     lines = [f"group {args.group}, {flow.name}: {len(rows)} partition(s)"]
     for r in rows:
         mm2 = "" if r.mm2_offset is None else f"  (MM2's rule: {r.mm2_offset})"
