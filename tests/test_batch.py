@@ -98,7 +98,7 @@ def _mirror_by_hand(topic: str, partitions: int, copies: dict[int, list[tuple[in
             p.produce(remote, r["value"], r["key"], partition=part, headers=[*(r["headers"] or []), hop],
                       timestamp=r["timestamp"])
     for part, upstream_next in read_to.items():
-        position = Position(topic, part, upstream_next, -1)
+        position = Position(topic, part, upstream_next, None)
         p.produce(syncs, position.value(), position.key(), partition=0)
     assert p.flush(30) == 0 and not failed, failed
 

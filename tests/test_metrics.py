@@ -129,8 +129,8 @@ def test_every_record_created_before_mirrored_through_is_mirrored(runs: list[tup
         planned = sum(1 for t in times if t < planned_ms)
         mirrored = max(planned - behind, 0)
         parts.append(metrics.PartitionMetrics(
-            mirrored_next=mirrored if times else -1, source_end=max(sum(1 for t in times if t < seen_ms), planned),
-            last_timestamp=times[mirrored - 1] if mirrored else -1))
+            upstream_next=mirrored if times else None, source_end=max(sum(1 for t in times if t < seen_ms), planned),
+            last_timestamp=times[mirrored - 1] if mirrored else None))
         mirrored_counts.append(mirrored)
         created.append(times)
     through = metrics.mirrored_through(parts, planned_ms / 1000)
@@ -141,8 +141,8 @@ def test_every_record_created_before_mirrored_through_is_mirrored(runs: list[tup
 
 
 def test_mirrored_through_is_unknown_before_a_complete_batch_and_holds_back_for_a_partition_behind() -> None:
-    behind = metrics.PartitionMetrics(mirrored_next=5, source_end=9, last_timestamp=4_000)
-    level = metrics.PartitionMetrics(mirrored_next=7, source_end=7, last_timestamp=6_000)
+    behind = metrics.PartitionMetrics(upstream_next=5, source_end=9, last_timestamp=4_000)
+    level = metrics.PartitionMetrics(upstream_next=7, source_end=7, last_timestamp=6_000)
     assert metrics.mirrored_through([behind, level], None) is None
     assert metrics.mirrored_through([level], 9.5) == 9.5
     assert metrics.mirrored_through([behind, level], 9.5) == 4.0

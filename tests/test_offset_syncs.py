@@ -16,7 +16,7 @@ def test_records_round_trip_through_the_wire_format() -> None:
     position = Position("orders.eu", 7, 123_456_790_012, 1042, Anchor(123_456_789_900, 1000, barrier=True))
     first = Position("orders.eu", 7, 10, 3, Anchor(0, 0, barrier=True, origin=True))
     assert offset_syncs.decode(first.key(), first.value()) == (("orders.eu", 7), first)
-    quiet = Position("orders.eu", 7, 5, -1)
+    quiet = Position("orders.eu", 7, 5, None)
     assert offset_syncs.decode(anchor.key(), anchor.value()) == (("orders.eu", 7), anchor)
     assert offset_syncs.decode(position.key(), position.value()) == (("orders.eu", 7), position)
     assert offset_syncs.decode(quiet.key(), quiet.value()) == (("orders.eu", 7), quiet)

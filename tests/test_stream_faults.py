@@ -331,7 +331,7 @@ def _under_way(remote: str, syncs: str, topic: str) -> int:
     positions = [r for m in read_partition(BETA, syncs, 0, committed=True)
                  for key, r in [offset_syncs.decode(m.key(), m.value())]
                  if key == (topic, 0) and isinstance(r, offset_syncs.Position)]
-    return end_offsets(BETA, remote)[0] - max(positions[-1].downstream_next if positions else 0, 0)
+    return end_offsets(BETA, remote)[0] - ((positions[-1].downstream_next or 0) if positions else 0)
 
 
 def _open_transaction_records(remote: str, _syncs: str, _topic: str) -> int:

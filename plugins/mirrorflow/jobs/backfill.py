@@ -214,7 +214,7 @@ def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],
     ends = admin_sync.offsets(admin, target.alias, remote, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     producer = link.target_producer(**{"acks": "all", "enable.idempotence": True})
     for s in seeds:
-        position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition), -1))
+        position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition)))
         producer.produce(syncs_topic, position.value(), position.key(), partition=0)
         row = written.get((s.topic, s.partition))
         if row is not None and row["first_downstream"] is not None:

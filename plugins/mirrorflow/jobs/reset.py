@@ -117,7 +117,7 @@ def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | Non
                                 targets[(t, p)]) for t, p in tps]
         records: list[Position | Reset | Release | AnchorRecord] = [
             Position(m.topic, m.partition, m.after, positions[(m.topic, m.partition)].downstream_next
-                     if (m.topic, m.partition) in positions and not remote_gone else -1) for m in moves]
+                     if (m.topic, m.partition) in positions and not remote_gone else None) for m in moves]
         if remote_gone:  # the anchors name copies in a topic that is no more
             records += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
         records.append(Reset(int(time.time() * 1000)))
@@ -152,8 +152,9 @@ def _remote_gone(link: FlowLink, topic: str, partitions: int, syncs: offset_sync
     ends below where the next copy would land), or "" when it does."""
     flow, target_admin = link.flow, link.target_admin
     remote = link.remote_topic(topic)
-    written = {p: syncs.positions[(topic, p)].downstream_next for p in range(partitions)
-               if (topic, p) in syncs.positions and syncs.positions[(topic, p)].downstream_next >= 0}
+    next_at = {p: syncs.positions[(topic, p)].downstream_next for p in range(partitions)
+               if (topic, p) in syncs.positions}
+    written = {p: at for p, at in next_at.items() if at is not None}
     if not written:
         return ""
     counts, _ = admin_sync.partition_counts(target_admin, flow.target)

@@ -244,7 +244,8 @@ class _Driver:
         anchors (and tombstones)."""
         syncs = syncs or offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
-        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next >= 0}
+        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items()
+                                if p.downstream_next is not None}
         self.losses = dict(syncs.losses)
         self.incarnations = dict(syncs.incarnations)
         marker = self.checkpoint / _RESET_MARKER
@@ -379,7 +380,7 @@ class _Driver:
         for tp in sorted(tp for tp in set(self.anchors) | set(self.mirrored) | set(self.losses) if tp[0] in gone):
             store = self.anchors.pop(tp, None)
             records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
-            records.append(_Tombstone(Position(tp[0], tp[1], -1, -1)))
+            records.append(_Tombstone(Position(tp[0], tp[1], 0, None)))
             if self.losses.pop(tp, None) is not None:
                 records.append(_Tombstone(Loss(tp[0], tp[1])))
             self.mirrored.pop(tp, None)
@@ -545,7 +546,7 @@ class _Driver:
             if position.upstream_next <= self.mirrored.get(tp, -1):
                 continue
             self.mirrored[tp] = position.upstream_next
-            if position.downstream_next >= 0:
+            if position.downstream_next is not None:
                 self.downstream_next[tp] = position.downstream_next
             _adopt_batch_first(self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing)),
                                position)
@@ -768,7 +769,7 @@ class _Driver:
                 store = self.anchors.get(tp)
                 if store is None:
                     store = self.anchors[tp] = PartitionAnchors(self.anchor_limit, self.anchor_spacing)
-                fresh = not store.anchors and self.downstream_next.get(tp, -1) < 0  # nothing written there yet
+                fresh = not store.anchors and tp not in self.downstream_next  # nothing written there yet
                 store.record_batch(Anchor(r["first_upstream"], r["first_downstream"]),
                                    Anchor(r["last_upstream"], r["last_downstream"]), replay=r["replay"], fresh=fresh)
             if r["downstream_next"] >= 0:
@@ -779,7 +780,7 @@ class _Driver:
                  and not (tp in self.stuck and self.stuck[tp].paused)}
         records = self._prune() + self._anchor_writes() + lost + first_positions
         for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
-            records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp, -1)))
+            records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp)))
             self.mirrored[tp] = end
             if self.stuck.pop(tp, None) is not None:
                 self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
@@ -865,7 +866,7 @@ class _Driver:
                 continue
             if self.mirrored.get(tp, -1) < 0 and r["first_offset"] is not None:
                 self.mirrored[tp] = r["first_offset"]
-                first_positions.append(Position(tp[0], tp[1], r["first_offset"], self.downstream_next.get(tp, -1)))
+                first_positions.append(Position(tp[0], tp[1], r["first_offset"], self.downstream_next.get(tp)))
             if r["aborted"]:  # written again at once (the query restarts at the positions), not a stuck partition
                 aborted += 1
                 known = self.stuck.get(tp)

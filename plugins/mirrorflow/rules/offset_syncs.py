@@ -86,10 +86,14 @@ class AnchorRecord:
 
 @dataclass(frozen=True)
 class Position:
+    """Where the flow stands in a source partition: every record below `upstream_next` is on the target, and the
+    next copy lands at `downstream_next` (None: not known, nothing written since the remote partition began; -1 on
+    the wire)."""
+
     topic: str
     partition: int
     upstream_next: int
-    downstream_next: int
+    downstream_next: int | None
     # The newest batch's first mirrored record: a barrier if the batch may replay, the origin if it is the first.
     batch_first: Anchor | None = None
 
@@ -99,7 +103,8 @@ class Position:
     def value(self) -> bytes:
         first = self.batch_first
         flags = (_REPLAY if first.barrier else 0) | (_ORIGIN if first.origin else 0) if first is not None else 0
-        return struct.pack(">hqqqqh", 1, self.upstream_next, self.downstream_next,
+        downstream_next = -1 if self.downstream_next is None else self.downstream_next
+        return struct.pack(">hqqqqh", 1, self.upstream_next, downstream_next,
                            first.upstream if first else -1, first.downstream if first else -1, flags)
 
 
@@ -229,7 +234,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
         if version >= 1:
             fu, fd, flags = struct.unpack_from(">qqh", value, 18)
             first = Anchor(fu, fd, barrier=bool(flags & _REPLAY), origin=bool(flags & _ORIGIN)) if fd >= 0 else None
-        return (topic, partition), Position(topic, partition, upstream_next, downstream_next, first)
+        return (topic, partition), Position(topic, partition, upstream_next,
+                                           downstream_next if downstream_next >= 0 else None, first)
     if kind == _WRITERS:
         return (topic, partition), Writers(struct.unpack_from(">i", value, 2)[0])
     if kind == _RESET:

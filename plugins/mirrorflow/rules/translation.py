@@ -79,7 +79,8 @@ class PartitionSyncs:
     def downstream_written(self) -> int:
         """The target offset the flow has written up to (exclusive), as far as the syncs know."""
         newest = self.anchors[-1].downstream + 1 if self.anchors else 0
-        return max(self.position.downstream_next if self.position else 0, newest)
+        known = self.position.downstream_next if self.position is not None else None
+        return max(known or 0, newest)
 
     def below(self, upstream: int) -> int | None:
         """Index of the last anchor (in write order) whose upstream offset is below `upstream`."""
@@ -114,7 +115,7 @@ def target_offsets(syncs: PartitionSyncs, uppers: Iterable[int], reader: TargetR
     for i, group in by_bracket.items():
         if not anchors:
             position = syncs.position
-            offset = position.downstream_next if position is not None and position.downstream_next >= 0 else None
+            offset = position.downstream_next if position is not None else None
             for u in group:
                 out[u] = _marked(syncs, u, offset, "")
             continue

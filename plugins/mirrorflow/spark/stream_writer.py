@@ -367,7 +367,8 @@ class _PartitionWrite:
         self.mirrored = spec.mirrored.get(tp, -1)
         self.downstream_next = spec.downstream_next.get(tp, -1)  # where the syncs say its next record lands
         if committed is not None and tp not in spec.unsynced and committed.upstream_next > self.mirrored:
-            self.mirrored, self.downstream_next = committed.upstream_next, committed.downstream_next
+            self.mirrored = committed.upstream_next
+            self.downstream_next = -1 if committed.downstream_next is None else committed.downstream_next
         self.written: list[int] = []  # upstream offsets, in produce order
         self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
         # (error, key + value size, size with every header, index in write order)
@@ -551,7 +552,8 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
         summary.first, summary.last = pairs[0], pairs[-1]
         summary.replay = spec.replay or _task_attempt() > 0
         first = first_anchor(pairs[0], previous, summary.replay, spec.transactional)
-    position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
+    position = Position(tp[0], tp[1], summary.upstream_next,
+                        summary.downstream_next if summary.downstream_next >= 0 else None, first)
     _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, delivered)
     summary.syncs = 1
 

@@ -104,9 +104,9 @@ class PartitionMetrics:
     lost: int = 0  # source records deleted before the flow read them
     stuck: str | None = None  # why the target does not take the partition's records (paused until it does)
     paused_records: int = 0  # records read while paused: mirrored when the partition resumes
-    mirrored_next: int = -1
-    source_end: int = -1
-    last_timestamp: int = -1
+    upstream_next: int | None = None  # the flow's position: every record below it is mirrored; None: never read
+    source_end: int | None = None  # the source's end as Spark last saw it
+    last_timestamp: int | None = None  # the newest mirrored record's timestamp (ms)
     latency: Distribution = field(default_factory=Distribution)
     age: Distribution = field(default_factory=Distribution)
     window: list[tuple[float, int, int]] = field(default_factory=list)  # (time, records, bytes) samples
@@ -122,12 +122,12 @@ class PartitionMetrics:
 
     @property
     def lag_records(self) -> int:
-        if self.source_end < 0 or self.mirrored_next < 0:
+        if self.source_end is None or self.upstream_next is None:
             return 0
-        return max(self.source_end - self.mirrored_next, 0)
+        return max(self.source_end - self.upstream_next, 0)
 
     def lag_seconds(self, now: float) -> float:
-        if self.lag_records == 0 or self.last_timestamp < 0:
+        if self.lag_records == 0 or self.last_timestamp is None:
             return 0.0
         return max(now - self.last_timestamp / 1000.0, 0.0)
 
@@ -141,9 +141,9 @@ def mirrored_through(partitions: Iterable[PartitionMetrics], planned_after: floa
         return None
     through = planned_after
     for m in partitions:
-        if m.mirrored_next < 0 or m.lag_records == 0:
+        if m.upstream_next is None or m.lag_records == 0:
             continue
-        if m.last_timestamp < 0:
+        if m.last_timestamp is None:
             return None
         through = min(through, m.last_timestamp / 1000)
     return through
@@ -184,7 +184,8 @@ class FlowMetrics:
                 m.bytes += r["bytes"]
                 m.skipped += r["skipped"]
                 m.refused += r["refused"]
-                m.mirrored_next = max(m.mirrored_next, r["upstream_next"])
+                if r["upstream_next"] >= 0:  # the summary row's -1: the task read nothing of it
+                    m.upstream_next = max(m.upstream_next or 0, r["upstream_next"])
                 if r["last_timestamp"] >= 0:
                     m.last_timestamp = r["last_timestamp"]
                 m.latency.merge(r["records"], r["latency_sum"], r["latency_min"], r["latency_max"],
@@ -267,7 +268,7 @@ class FlowMetrics:
                     "replication-latency-ms-p99": m.latency.quantile(0.99),
                     "replication-lag-records": m.lag_records,
                     "replication-lag-seconds": round(m.lag_seconds(now), 3),
-                    "mirrored-offset": m.mirrored_next, "source-end-offset": m.source_end,
+                    "mirrored-offset": m.upstream_next, "source-end-offset": m.source_end,
                     "skipped-count": m.skipped, "refused-count": m.refused, "lost-count": m.lost,
                     "stuck": 1 if m.stuck is not None else 0,
                 })
