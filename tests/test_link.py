@@ -63,13 +63,13 @@ def test_a_disabled_flow_has_no_link_and_the_error_names_the_key_that_enables_it
 
 def test_a_writer_spec_takes_the_links_part_and_the_callers_fields_win() -> None:
     link = _link("east->west.mirrorflow.provenance.header.enabled = false\n")
-    spec = WriterSpec.of(link, remote={"orders": "east.orders"}, mirrored={}, ends={("orders", 0): 5},
+    spec = WriterSpec.of(link, remote={"orders": "east.orders"}, upstream_next={}, ends={("orders", 0): 5},
                          downstream_next={})
     assert (spec.flow, spec.source, spec.target, spec.syncs_topic) == (
         "east->west", "east", "west", "mirrorflow-offset-syncs.east.internal")
     assert spec.transactional and not spec.provenance
     assert spec.producer_settings == link.settings("target", "producer")
     assert spec.source_admin_settings["bootstrap.servers"] == "e:9092"
-    assert not WriterSpec.of(link, remote={}, mirrored={}, ends={}, downstream_next={}, transactional=False
+    assert not WriterSpec.of(link, remote={}, upstream_next={}, ends={}, downstream_next={}, transactional=False
                              ).transactional
     assert "linger" not in repr(spec)  # settings hold secrets: never in a spec's repr

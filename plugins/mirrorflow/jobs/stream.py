@@ -128,7 +128,7 @@ class _Driver:
         self.pattern = selection.subscription_pattern(self.flow)
         self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
         stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
-        self.mirrored: dict[tuple[str, int], int] = {}
+        self.upstream_next: dict[tuple[str, int], int] = {}
         self.downstream_next: dict[tuple[str, int], int] = {}
         self.losses: dict[tuple[str, int], Loss] = {}  # partitions that lost records: one Loss each
         self.incarnations: dict[str, str] = {}  # source topic -> the topic ID its state is about (one per topic)
@@ -192,7 +192,7 @@ class _Driver:
         mode = ("exactly-once" if self.link.exactly_once else
                 "at-least-once" if self.link.transactional else "at-least-once, idempotent records (not fenced)")
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
-                 len(self.mirrored), self.checkpoint)
+                 len(self.upstream_next), self.checkpoint)
 
     def _warm_workers(self) -> None:
         try:
@@ -243,7 +243,7 @@ class _Driver:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
         anchors (and tombstones)."""
         syncs = syncs or offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
-        self.mirrored = {tp: p.upstream_next for tp, p in syncs.positions.items()}
+        self.upstream_next = {tp: p.upstream_next for tp, p in syncs.positions.items()}
         self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items()
                                 if p.downstream_next is not None}
         self.losses = dict(syncs.losses)
@@ -259,7 +259,7 @@ class _Driver:
             self.checkpoint.mkdir(parents=True, exist_ok=True)
             marker.write_text(str(syncs.reset.at_ms))
         behind = sorted(tp for tp, end in _committed_ends(self.checkpoint).items()
-                        if 0 <= self.mirrored.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
+                        if 0 <= self.upstream_next.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
         if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
             self._new_checkpoint()
             log.warning("flow %s: the Spark checkpoint is past the offset syncs' positions of %d partition(s) (e.g. "
@@ -281,7 +281,7 @@ class _Driver:
                 _adopt_batch_first(store, position)  # the driver stopped before it recorded that batch
             self.anchors[tp] = store
         self._write_syncs(records + self._anchor_writes())
-        known = {t for t, _ in self.mirrored} | set(self.incarnations)
+        known = {t for t, _ in self.upstream_next} | set(self.incarnations)
         if self._incarnations(known) and self.checkpoint.exists():
             self._new_checkpoint()  # Spark's checkpoint holds the old incarnation's offsets
         if migrated:
@@ -362,7 +362,7 @@ class _Driver:
             return []
         self.prune_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
         counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
-        missing = {t for t, _ in set(self.anchors) | set(self.mirrored) if t not in counts}
+        missing = {t for t, _ in set(self.anchors) | set(self.upstream_next) if t not in counts}
         gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
         records = self._drop_topics(gone)
         live = [tp for tp in self.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
@@ -377,13 +377,13 @@ class _Driver:
         """Forget deleted (or re-created) source topics: their anchors, positions, losses and incarnations
         (tombstones), metrics and remote-topic state."""
         records: list[_SyncRecord] = []
-        for tp in sorted(tp for tp in set(self.anchors) | set(self.mirrored) | set(self.losses) if tp[0] in gone):
+        for tp in sorted(tp for tp in set(self.anchors) | set(self.upstream_next) | set(self.losses) if tp[0] in gone):
             store = self.anchors.pop(tp, None)
             records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
             records.append(_Tombstone(Position(tp[0], tp[1], 0, None)))
             if self.losses.pop(tp, None) is not None:
                 records.append(_Tombstone(Loss(tp[0], tp[1])))
-            self.mirrored.pop(tp, None)
+            self.upstream_next.pop(tp, None)
             self.downstream_next.pop(tp, None)
         for tp in [tp for tp in self.stuck if tp[0] in gone]:
             del self.stuck[tp]
@@ -403,7 +403,7 @@ class _Driver:
         """After a failed query: if topics the query read were deleted on the source (Spark fails on every restart
         from a checkpoint that names them), forget them and start a new Spark checkpoint from the offset syncs'
         positions, which say exactly where each partition resumes. True if it did."""
-        known = {t for t, _ in self.mirrored} | set(self._checkpoint_topics())
+        known = {t for t, _ in self.upstream_next} | set(self._checkpoint_topics())
         looks = []
         for attempt in range(2):
             counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
@@ -543,9 +543,9 @@ class _Driver:
         came back. Adopted with where their next record lands, and their batch's first record as an anchor."""
         syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         for tp, position in syncs.positions.items():
-            if position.upstream_next <= self.mirrored.get(tp, -1):
+            if position.upstream_next <= self.upstream_next.get(tp, -1):
                 continue
-            self.mirrored[tp] = position.upstream_next
+            self.upstream_next[tp] = position.upstream_next
             if position.downstream_next is not None:
                 self.downstream_next[tp] = position.downstream_next
             _adopt_batch_first(self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing)),
@@ -679,7 +679,7 @@ class _Driver:
 
     def _starting_offsets(self, reset: str) -> str:
         """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
-        if (self.checkpoint / "offsets").is_dir() or not (self.mirrored or self.recreated):
+        if (self.checkpoint / "offsets").is_dir() or not (self.upstream_next or self.recreated):
             return "latest" if reset.strip().lower() == "latest" else "earliest"
         matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
         counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
@@ -688,7 +688,7 @@ class _Driver:
         for topic, n in counts.items():
             if matches(topic):
                 fallback = -2 if topic in self.recreated else default
-                offsets[topic] = {str(p): self.mirrored.get((topic, p), fallback) for p in range(n)}
+                offsets[topic] = {str(p): self.upstream_next.get((topic, p), fallback) for p in range(n)}
         return json.dumps(offsets)
 
     def _batch(self, df: Any, batch_id: int) -> None:
@@ -740,11 +740,11 @@ class _Driver:
         self._recreated_check(ends, replicated)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
-        begins = {**self.mirrored, **self._previous_ends(batch_id)}
+        begins = {**self.upstream_next, **self._previous_ends(batch_id)}
         self._refuse_loss(ends, replicated, begins)
         # A stuck partition is written only by a batch that starts at its position (a query from a new checkpoint).
         paused = frozenset(tp for tp, s in list(self.stuck.items())
-                           if s.paused or begins.get(tp, -1) != self.mirrored.get(tp, -1))
+                           if s.paused or begins.get(tp, -1) != self.upstream_next.get(tp, -1))
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused)
         # One task per core, each writing several source partitions in turn (coalesce concatenates
         # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
@@ -764,7 +764,7 @@ class _Driver:
         rows, first_positions = self._settle_stuck(rows, spec.paused)
         for r in rows:
             tp = (r["topic"], r["partition"])
-            self.mirrored[tp] = max(self.mirrored.get(tp, -1), r["upstream_next"])
+            self.upstream_next[tp] = max(self.upstream_next.get(tp, -1), r["upstream_next"])
             if r["first_downstream"] is not None:
                 store = self.anchors.get(tp)
                 if store is None:
@@ -776,12 +776,12 @@ class _Driver:
                 self.downstream_next[tp] = r["downstream_next"]
         # A stuck partition tried again whose batch held nothing visible moves on too (it is not paused again).
         quiet = {tp: end for tp, end in ends.items()
-                 if tp[0] in replicated and end > self.mirrored.get(tp, -1) and tp not in spec.paused
+                 if tp[0] in replicated and end > self.upstream_next.get(tp, -1) and tp not in spec.paused
                  and not (tp in self.stuck and self.stuck[tp].paused)}
         records = self._prune() + self._anchor_writes() + lost + first_positions
         for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
             records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp)))
-            self.mirrored[tp] = end
+            self.upstream_next[tp] = end
             if self.stuck.pop(tp, None) is not None:
                 self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
         self._write_syncs(records)
@@ -864,8 +864,8 @@ class _Driver:
                     log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
                 out.append(r)
                 continue
-            if self.mirrored.get(tp, -1) < 0 and r["first_offset"] is not None:
-                self.mirrored[tp] = r["first_offset"]
+            if self.upstream_next.get(tp, -1) < 0 and r["first_offset"] is not None:
+                self.upstream_next[tp] = r["first_offset"]
                 first_positions.append(Position(tp[0], tp[1], r["first_offset"], self.downstream_next.get(tp)))
             if r["aborted"]:  # written again at once (the query restarts at the positions), not a stuck partition
                 aborted += 1
@@ -884,7 +884,7 @@ class _Driver:
             self.metrics.observe_stuck(tp, r["stuck"], 0)
             log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
                         "at offset %d, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
-                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, r["stuck"], self.mirrored.get(tp, -1), pause)
+                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, r["stuck"], self.upstream_next.get(tp, -1), pause)
         if aborted:
             log.info("flow %s: %d partition(s) aborted with the transaction of a stuck one (they shared its task); "
                      "written again from their positions", self.flow.name, aborted)
@@ -940,7 +940,8 @@ class _Driver:
             looked = set(replicated)
         else:
             looked = {t for t in replicated if t not in self.incarnations}
-            looked |= {tp[0] for tp, end in ends.items() if tp[0] in replicated and end < self.mirrored.get(tp, -1)}
+            looked |= {tp[0] for tp, end in ends.items()
+                       if tp[0] in replicated and end < self.upstream_next.get(tp, -1)}
         recreated = self._incarnations(looked)
         if recreated:
             raise OperationalError(f"{_RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
@@ -1004,7 +1005,7 @@ class _Driver:
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
               paused: frozenset[tuple[str, int]]) -> WriterSpec:
         return WriterSpec.of(
-            self.link, remote=dict(remote), mirrored=dict(self.mirrored), ends=dict(ends),
+            self.link, remote=dict(remote), upstream_next=dict(self.upstream_next), ends=dict(ends),
             downstream_next=dict(self.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,

@@ -70,14 +70,14 @@ class PartitionSyncs:
         object.__setattr__(self, "_suffix_min", tuple(reversed(mins)))
 
     @property
-    def upstream_read(self) -> int:
-        """The source offset the flow has read up to (exclusive)."""
+    def upstream_next(self) -> int:
+        """The flow's position as the syncs know it: the source offset it has read up to (exclusive)."""
         newest = max((a.upstream + 1 for a in self.anchors), default=0)
         return max(self.position.upstream_next if self.position else 0, newest)
 
     @property
-    def downstream_written(self) -> int:
-        """The target offset the flow has written up to (exclusive), as far as the syncs know."""
+    def downstream_next(self) -> int:
+        """Where the flow's next copy lands, as far as the syncs know (the target offset written up to, exclusive)."""
         newest = self.anchors[-1].downstream + 1 if self.anchors else 0
         known = self.position.downstream_next if self.position is not None else None
         return max(known or 0, newest)
@@ -127,7 +127,7 @@ def target_offsets(syncs: PartitionSyncs, uppers: Iterable[int], reader: TargetR
                 out[u] = _marked(syncs, u, first.downstream, note, exact=first.origin)
             continue
         lo = anchors[i].downstream + 1
-        hi = anchors[i + 1].downstream if i + 1 < len(anchors) else max(syncs.downstream_written, lo)
+        hi = anchors[i + 1].downstream if i + 1 < len(anchors) else max(syncs.downstream_next, lo)
         if reader is None:
             for u in group:
                 out[u] = _marked(syncs, u, lo, "provenance headers are off: resumed just past the newest offset "
@@ -139,9 +139,9 @@ def target_offsets(syncs: PartitionSyncs, uppers: Iterable[int], reader: TargetR
 
 
 def _marked(syncs: PartitionSyncs, upstream: int, offset: int | None, note: str, exact: bool = True) -> Translation:
-    if upstream > syncs.upstream_read:
+    if upstream > syncs.upstream_next:
         return Translation(offset, False, f"the group is at {upstream}, past what the flow has read "
-                                          f"({syncs.upstream_read}); resuming at the newest mirrored record")
+                                          f"({syncs.upstream_next}); resuming at the newest mirrored record")
     return Translation(offset, exact and not note, note)
 
 
@@ -196,7 +196,7 @@ def source_offset(syncs: PartitionSyncs, downstream: int, reader: TargetReader |
     one past the newest source record it has consumed a copy of."""
     anchors = syncs.anchors
     j = bisect.bisect_left([a.downstream for a in anchors], downstream) - 1
-    written = syncs.downstream_written
+    written = syncs.downstream_next
     # Past the last copy lie the commit marker of a transactional write and other writers' records: a group there
     # has consumed no copy the syncs do not know of.
     exact = downstream <= written or (reader is not None and not reader.chunk(written, downstream))
@@ -254,7 +254,7 @@ def mm2_comparison(syncs: PartitionSyncs, upstream: int, reader: TargetReader, o
     if i is None:
         return None
     start = syncs.anchors[i].downstream
-    end = min(syncs.downstream_written, start + MM2_COMPARISON_LIMIT)
+    end = min(syncs.downstream_next, start + MM2_COMPARISON_LIMIT)
     pairs: list[tuple[int, int]] = []
     at = start
     while at < end:
@@ -263,6 +263,6 @@ def mm2_comparison(syncs: PartitionSyncs, upstream: int, reader: TargetReader, o
             break
         pairs.extend((u, d) for d, u in got)
         at = got[-1][0] + 1
-    if end < syncs.downstream_written and (not pairs or pairs[-1][0] < upstream):
+    if end < syncs.downstream_next and (not pairs or pairs[-1][0] < upstream):
         return None
     return mm2_target_offset(mm2_offset_syncs(pairs, offset_lag_max), upstream)

@@ -103,7 +103,7 @@ class WriterSpec:
     source_admin_settings: Mapping[str, Any] = field(repr=False)
     target_admin_settings: Mapping[str, Any] = field(repr=False)
     remote: Mapping[str, str]  # source topic -> remote topic, only for topics the flow replicates
-    mirrored: Mapping[TopicPartition, int]  # upstream offset below which the target has every record
+    upstream_next: Mapping[TopicPartition, int]  # positions: the upstream offset below which the target has all
     ends: Mapping[TopicPartition, int]  # the micro-batch's end offset of each source partition
     downstream_next: Mapping[TopicPartition, int]  # where the partition's next record lands, as the syncs say
     syncs_topic: str
@@ -364,10 +364,10 @@ class _PartitionWrite:
         self.halted = halted if halted is not None else [False]
         self.summary = _Summary(tp)
         self.remote = None if tp in spec.paused else spec.remote.get(tp[0])
-        self.mirrored = spec.mirrored.get(tp, -1)
+        self.upstream_next = spec.upstream_next.get(tp, -1)
         self.downstream_next = spec.downstream_next.get(tp, -1)  # where the syncs say its next record lands
-        if committed is not None and tp not in spec.unsynced and committed.upstream_next > self.mirrored:
-            self.mirrored = committed.upstream_next
+        if committed is not None and tp not in spec.unsynced and committed.upstream_next > self.upstream_next:
+            self.upstream_next = committed.upstream_next
             self.downstream_next = -1 if committed.downstream_next is None else committed.downstream_next
         self.written: list[int] = []  # upstream offsets, in produce order
         self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
@@ -412,7 +412,7 @@ class _PartitionWrite:
         for i, offset in enumerate(offsets):
             if i & 63 == 63:
                 _confirm_lease(spec)  # W1 between confirmations: at most 64 records (a cached answer: a clock read)
-            if offset < self.mirrored:
+            if offset < self.upstream_next:
                 summary.skipped += 1
                 passed.append(i)
                 continue
