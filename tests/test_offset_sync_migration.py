@@ -9,6 +9,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource
 from mirrorflow.jobs.stream import StreamOptions, _Driver
 from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.kafka.link import FlowLink
 from mirrorflow.kafka.target_reader import TargetRecords
 from mirrorflow.model import config
 from mirrorflow.rules.offset_syncs import OffsetRun, Position
@@ -58,10 +59,10 @@ def test_runs_of_an_older_version_become_anchors_and_translate_exactly(local_clu
     before = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, SYNCS)
     assert len(before.runs[("mig.orders", 0)]) == len({r.upstream for r in runs}) > 100
 
-    driver = _Driver(cfg, cfg.flow("alpha->beta"), StreamOptions())
-    admin_sync.ensure_internal_topic(driver.target_admin, "beta", SYNCS, 1, admin_sync.COMPACTED)
+    driver = _Driver(FlowLink.of(cfg, "alpha->beta"), StreamOptions())
+    admin_sync.ensure_internal_topic(driver.link.target_admin, "beta", SYNCS, 1, admin_sync.COMPACTED)
     resource = ConfigResource(ConfigResource.Type.TOPIC, SYNCS)
-    configs = driver.target_admin.describe_configs([resource])[resource].result(30)
+    configs = driver.link.target_admin.describe_configs([resource])[resource].result(30)
     assert {k: configs[k].value for k in admin_sync.COMPACTED} == admin_sync.COMPACTED, "an older topic is altered"
     driver._load_syncs()
 
