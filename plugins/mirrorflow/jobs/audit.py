@@ -53,6 +53,7 @@ from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model.config import Cluster, Flow
 from mirrorflow.rules import digests, provenance
 from mirrorflow.spark import spark_session
+from mirrorflow.spark.schemas import ddl
 
 EXAMPLES = 20  # ranges and differing records kept per partition; the counts are always complete
 _SOURCE, _COPY, _REFUSED = 0, 1, 2  # the `side` of a row: a source record, a target copy, a refused source record
@@ -66,10 +67,7 @@ _RESULT = pa.schema([
     ("duplicated", pa.int64()), ("duplicated_ranges", pa.string()), ("duplicated_range_count", pa.int64()),
     ("differing", pa.int64()), ("differences", pa.string()), ("behind", pa.int64()), ("refused", pa.int64()),
 ])
-_RESULT_DDL = ("topic string, partition int, source_records long, mirrored_records long, copies long, "
-               "unexpected long, missing long, missing_ranges string, missing_range_count long, duplicated long, "
-               "duplicated_ranges string, duplicated_range_count long, differing long, differences string, "
-               "behind long, refused long")
+_RESULT_DDL = ddl(_RESULT)
 
 
 @dataclass(frozen=True)

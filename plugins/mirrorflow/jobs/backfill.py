@@ -37,7 +37,7 @@ from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
 from mirrorflow.spark import spark_session
-from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
+from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_DDL, WriterSpec, mirror_partitions
 
 log = logging.getLogger(__name__)
 SEED, REPAIR = "seed", "repair"
@@ -198,7 +198,7 @@ def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
         unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
     tasks = max(1, min(len(todo), spark.sparkContext.defaultParallelism * 2))
     rows = (records.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
-            .selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA)
+            .selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_DDL)
             .collect())
     return {(r["topic"], r["partition"]): r.asDict() for r in rows}
 

@@ -61,8 +61,8 @@ from mirrorflow.rules import digests, offset_syncs
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release, Writers
-from mirrorflow.spark import spark_session, stream_writer
-from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_SCHEMA, WriterSpec, mirror_partitions
+from mirrorflow.spark import offset_log, spark_session, stream_writer
+from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_DDL, WriterSpec, mirror_partitions
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class _Driver:
                                                           time.gmtime(syncs.reset.at_ms / 1000)))
             self.checkpoint.mkdir(parents=True, exist_ok=True)
             marker.write_text(str(syncs.reset.at_ms))
-        behind = sorted(tp for tp, end in _committed_ends(self.checkpoint).items()
+        behind = sorted(tp for tp, end in offset_log.committed_ends(self.checkpoint).items()
                         if 0 <= self.upstream_next.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
         if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
             self._new_checkpoint()
@@ -447,9 +447,8 @@ class _Driver:
         return recreated
 
     def _checkpoint_topics(self) -> list[str]:
-        logs = self.checkpoint / "offsets"
-        ids = [int(p.name) for p in logs.iterdir() if p.name.isdigit()] if logs.is_dir() else []
-        return sorted({t for t, _ in self._batch_ends(max(ids))}) if ids else []
+        ids = offset_log.batch_ids(self.checkpoint)
+        return sorted({t for t, _ in self._batch_ends(ids[-1])}) if ids else []
 
     def _stop_requested(self, wanted: lifecycle.Requested) -> None:
         log.info("flow %s: %s; finishing the running batch, then stopping", self.flow.name, wanted.line())
@@ -635,7 +634,7 @@ class _Driver:
             return
         if isinstance(offsets, Mapping):
             # The pattern also matches topics the flow does not replicate (internal ones): not its partitions.
-            ends = _flatten(offsets)
+            ends = offset_log.flatten(offsets)
             mirrored = {t for t in {t for t, _ in ends} if selection.replicates(self.flow, t)}
             self.metrics.observe_source_ends({tp: end for tp, end in ends.items() if tp[0] in mirrored})
 
@@ -753,7 +752,7 @@ class _Driver:
         writing = time.monotonic()
         rows = [r.asDict(recursive=True) for r in
                 df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
-                .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_SCHEMA).collect()]
+                .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_DDL).collect()]
         written = time.monotonic()
         self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
         for r in rows:
@@ -1022,20 +1021,7 @@ class _Driver:
 
     def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """The batch's end offsets, from the offset log Spark wrote before running it."""
-        jvm = self.spark.sparkContext._jvm
-        path = jvm.org.apache.hadoop.fs.Path(f"{self.checkpoint}/offsets/{batch_id}")
-        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        reader = jvm.java.io.BufferedReader(jvm.java.io.InputStreamReader(fs.open(path), "UTF-8"))
-        try:
-            lines = []
-            while (line := reader.readLine()) is not None:
-                lines.append(line)
-        finally:
-            reader.close()
-        ends = _offset_log_ends(lines)
-        if ends is None:
-            raise OperationalError(f"flow {self.flow.name}: unexpected offset log {path}")
-        return ends
+        return offset_log.batch_ends(self.spark, self.checkpoint, batch_id, self.flow.name)
 
 
 @dataclass(frozen=True)
@@ -1056,29 +1042,6 @@ def _adopt_batch_first(store: PartitionAnchors, position: Position) -> None:
     first = position.batch_first
     if first is not None and (store.last is None or first.downstream > store.last.downstream):
         store.append(first)
-
-
-def _flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[tuple[str, int], int]:
-    return {(topic, int(p)): int(o) for topic, parts in offsets.items() if isinstance(parts, Mapping)
-            for p, o in parts.items()}
-
-
-def _committed_ends(checkpoint: Path) -> dict[tuple[str, int], int]:
-    """The end offsets of the newest batch the Spark checkpoint (a local directory) committed; {} if none."""
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]
-    if not commits:
-        return {}
-    try:
-        return _offset_log_ends((checkpoint / "offsets" / str(max(commits))).read_text().splitlines()) or {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _offset_log_ends(lines: list[str]) -> dict[tuple[str, int], int] | None:
-    """The source's end offsets in a Spark offset-log file ("v1", the batch metadata, one line per source)."""
-    if len(lines) < 3 or not lines[0].startswith("v"):
-        return None
-    return _flatten(json.loads(lines[2]))
 
 
 def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:

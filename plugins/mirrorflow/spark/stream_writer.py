@@ -50,6 +50,7 @@ from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import digests, provenance
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import Position
+from mirrorflow.spark.schemas import ddl
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -67,16 +68,22 @@ HEADERS_SQL = (
 )
 INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", f"{HEADERS_SQL} AS headers",
                  "unix_millis(timestamp) AS ts", f"{digests.RECORD_DIGEST} AS digest")
-SUMMARY_SCHEMA = (
-    "topic string, partition int, first_offset long, records long, bytes long, skipped long, refused long, "
-    "first_refused long, filtered long, "
-    "upstream_next long, downstream_next long, first_upstream long, first_downstream long, "
-    "last_upstream long, last_downstream long, replay boolean, syncs long, "
-    "latency_min long, latency_max long, latency_sum long, latency_buckets array<long>, "
-    "age_min long, age_max long, age_sum long, last_timestamp long, stuck string, aborted boolean, "
-    "producer_inits long, digest_cells array<long>, digest_records array<long>, digest_refused array<long>, "
-    "digest_xors array<long>, digest_target_firsts array<long>"
-)
+# The summary row a task yields per source partition, as Arrow; Spark is told the same columns (SUMMARY_DDL).
+SUMMARY = pa.schema([
+    ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()), ("records", pa.int64()),
+    ("bytes", pa.int64()), ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()),
+    ("filtered", pa.int64()),
+    ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("first_upstream", pa.int64()),
+    ("first_downstream", pa.int64()), ("last_upstream", pa.int64()), ("last_downstream", pa.int64()),
+    ("replay", pa.bool_()), ("syncs", pa.int64()),
+    ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
+    ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
+    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()), ("aborted", pa.bool_()),
+    ("producer_inits", pa.int64()), ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
+    ("digest_refused", pa.list_(pa.int64())), ("digest_xors", pa.list_(pa.int64())),
+    ("digest_target_firsts", pa.list_(pa.int64())),
+])
+SUMMARY_DDL = ddl(SUMMARY)
 # Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
 # the coordinator aborted (it outlived transaction.timeout.ms): the partition is stuck, not the flow broken.
 _STUCK = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -198,7 +205,7 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
         _discard(spec)
         raise
     if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=_ARROW_SCHEMA)
+        yield pa.RecordBatch.from_pylist(rows, schema=SUMMARY)
 
 
 def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
@@ -838,17 +845,3 @@ def _committed_positions(spec: WriterSpec) -> Mapping[TopicPartition, Position]:
     return offset_sync_log.read(spec.consumer_settings, spec.syncs_topic).positions
 
 
-_ARROW_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()), ("records", pa.int64()),
-    ("bytes", pa.int64()), ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()),
-    ("filtered", pa.int64()),
-    ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("first_upstream", pa.int64()),
-    ("first_downstream", pa.int64()), ("last_upstream", pa.int64()), ("last_downstream", pa.int64()),
-    ("replay", pa.bool_()), ("syncs", pa.int64()),
-    ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
-    ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
-    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()), ("aborted", pa.bool_()),
-    ("producer_inits", pa.int64()), ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
-    ("digest_refused", pa.list_(pa.int64())), ("digest_xors", pa.list_(pa.int64())),
-    ("digest_target_firsts", pa.list_(pa.int64())),
-])
