@@ -235,7 +235,7 @@ def test_a_reset_moves_where_the_stopped_flow_resumes_and_is_refused_while_it_ru
         _produce("redo.t", 1, 10, "skipped")
         assert _reset(cfg, "--to", "latest").stdout.splitlines()[0] == "flow redo->held: reset redo.t-0: 100 -> 110"
         assert _reset(cfg, "--to", "7000").stderr.strip() == (
-            "mirrorflow: error: --to 7000: redo.t-0 holds offsets 0..110 (its log start to its end)")
+            "mirrorflow: error: reset position 7000: redo.t-0 holds offsets 0..110 (its log start to its end)")
         stream.start()
         _produce("redo.t", 1, 5, "after")
         wait_for(lambda: record_counts(BETA, "redo.redo.t") == [165], 240, "the records after the skip", stream)

@@ -52,7 +52,7 @@ def parse_to(text: str) -> str | int:
         return value
     if value.isdigit():
         return int(value)
-    raise ConfigError(f"--to {text!r}: expected earliest, latest or a source offset")
+    raise ConfigError(f"reset position {text!r}: expected earliest, latest or a source offset")
 
 
 def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | None = None,
@@ -62,13 +62,13 @@ def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | Non
     source_admin = link.source_admin
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
     if topic not in counts:
-        raise ConfigError(f"--topic {topic}: no such topic on {flow.source}")
+        raise ConfigError(f"topic {topic}: no such topic on {flow.source}")
     if not selection.replicates(flow, topic):
-        raise ConfigError(f"--topic {topic}: flow {flow.name} does not replicate it")
+        raise ConfigError(f"topic {topic}: flow {flow.name} does not replicate it")
     wanted = sorted(set(partitions)) if partitions is not None else list(range(counts[topic]))
     beyond = [p for p in wanted if not 0 <= p < counts[topic]]
     if beyond:
-        raise ConfigError(f"--partitions: {flow.source} topic {topic} has {counts[topic]} partitions, not {beyond[0]}")
+        raise ConfigError(f"partition {beyond[0]}: {flow.source} topic {topic} has {counts[topic]} partitions")
     tps = [(topic, p) for p in wanted]
     starts = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     ends = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
@@ -111,8 +111,7 @@ def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | Non
         positions = syncs.positions
         remote_gone = _remote_gone(link, topic, counts[topic], syncs)
         if remote_gone and len(tps) < counts[topic]:
-            raise ConfigError(f"--partitions: {remote_gone}: reset every partition of {topic} (leave --partitions "
-                              "out)")
+            raise ConfigError(f"{remote_gone}: reset every partition of {topic}, not some")
         moves = [PartitionReset(t, p, positions[(t, p)].upstream_next if (t, p) in positions else None,
                                 targets[(t, p)]) for t, p in tps]
         records: list[Position | Reset | Release | AnchorRecord] = [
@@ -181,7 +180,8 @@ def _resolve(to: str | int, start: int, end: int, tp: tuple[str, int]) -> int:
         return end
     assert isinstance(to, int)
     if not start <= to <= end:
-        raise ConfigError(f"--to {to}: {tp[0]}-{tp[1]} holds offsets {start}..{end} (its log start to its end)")
+        raise ConfigError(f"reset position {to}: {tp[0]}-{tp[1]} holds offsets {start}..{end} (its log start to its "
+                          "end)")
     return to
 
 

@@ -65,7 +65,7 @@ def checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
         try:
             return parse(text)
         except ConfigError as exc:
-            raise argparse.ArgumentTypeError(str(exc).removeprefix("--to ")) from None
+            raise argparse.ArgumentTypeError(str(exc)) from None
     return convert
 
 
