@@ -104,3 +104,11 @@ def test_the_writers_record_round_trips_and_is_one_per_flow() -> None:
     record = offset_syncs.Writers(4)
     assert offset_syncs.decode(record.key(), record.value()) == (("", 0), record)
     assert record.key() == offset_syncs.Writers(9).key()
+
+
+def test_a_tombstone_key_says_which_record_it_deletes() -> None:
+    assert offset_syncs.tombstoned(Position("orders", 3, 10, None).key()) == (Position, None)
+    assert offset_syncs.tombstoned(Loss("orders", 3).key()) == (Loss, None)
+    assert offset_syncs.tombstoned(Incarnation("orders", "id").key()) == (Incarnation, None)
+    assert offset_syncs.tombstoned(OffsetRun("orders", 3, 12_345, 7, 2).key()) == (OffsetRun, 12_345)
+    assert offset_syncs.tombstoned(AnchorRecord("orders", 3, 4, None).key()) == (None, None)

@@ -5,17 +5,12 @@ Bounded by the topic's live content (see SyncsState). One long-lived reader per 
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from typing import Any
 
 from mirrorflow.kafka.internal_log import InternalLog
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import (
-    _INCARNATION,
-    _LOSS,
-    _POSITION,
-    _RUN,
     AnchorRecord,
     Incarnation,
     Loss,
@@ -27,6 +22,7 @@ from mirrorflow.rules.offset_syncs import (
     Writers,
     anchors_of_runs,
     decode,
+    tombstoned,
 )
 
 
@@ -77,15 +73,14 @@ class SyncsState:
         return self
 
     def _forget_key(self, tp: TopicPartition, key: bytes) -> None:
-        (kind,) = struct.unpack_from(">h", key, 0)
-        if kind == _POSITION:
+        kind, upstream = tombstoned(key)
+        if kind is Position:
             self.positions.pop(tp, None)
-        elif kind == _LOSS:
+        elif kind is Loss:
             self.losses.pop(tp, None)
-        elif kind == _INCARNATION:
+        elif kind is Incarnation:
             self.incarnations.pop(tp[0], None)
-        elif kind == _RUN:
-            (upstream,) = struct.unpack_from(">q", key, len(key) - 8)
+        elif kind is OffsetRun and upstream is not None:
             self.runs.get(tp, {}).pop(upstream, None)
 
     def partitions(self) -> set[TopicPartition]:

@@ -208,6 +208,15 @@ class OffsetRun:
         return struct.pack(">hqq", 0, self.downstream, self.length)
 
 
+def tombstoned(key: bytes) -> tuple[type | None, int | None]:
+    """What a tombstone with this key deletes: the record type it keyed (None: one a reader keeps no state of),
+    and for an offset run its upstream offset."""
+    (kind,) = struct.unpack_from(">h", key, 0)
+    if kind == _RUN:
+        return OffsetRun, struct.unpack_from(">q", key, len(key) - 8)[0]
+    return {_POSITION: Position, _LOSS: Loss, _INCARNATION: Incarnation}.get(kind), None
+
+
 def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
                                                      AnchorRecord | Position | OffsetRun | Loss | Incarnation
                                                      | Reset | Release | Writers | None]:
