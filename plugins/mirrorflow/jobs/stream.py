@@ -45,14 +45,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 from py4j.protocol import Py4JError
 
 from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.jobs import lifecycle, reset
+from mirrorflow.jobs.driver_writes import DriverWrites, SyncRecord
 from mirrorflow.kafka import admin_sync, offset_sync_log
-from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
+from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
@@ -68,12 +69,10 @@ from mirrorflow.status import metrics
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
-_SyncRecord = Any  # AnchorRecord | Position | Loss | Incarnation | _Tombstone: each has key() and value()
 _RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirrorflow reset` it starts after
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
-_SYNCS_PER_TRANSACTION = 50_000  # below librdkafka's queue of 100,000 messages
 _STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
 STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
 
@@ -158,7 +157,7 @@ class _Driver:
         self.lease: FlowLease | None = None
         self.server: Any = None
         self.spark: Any = None
-        self.position_producer: Any = None
+        self.writes = DriverWrites(link, lambda: self.lease)
         self.heartbeats: HeartbeatEmitter | None = None
         self.stop_watch: lifecycle.StopWatch | None = None
 
@@ -207,10 +206,9 @@ class _Driver:
         syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         clean = fresh or syncs.release is not None
         self.lease.wait_out_previous_writer(clean)
-        self.position_producer = None
-        self._syncs_producer()  # W4: the previous holder's driver writes nothing more
+        self.writes.take_over()  # W4: the previous holder's driver writes nothing more
         if syncs.release is not None:
-            self._write_syncs([Release(None)])  # a crash of this instance must not look clean to the next one
+            self.writes.write([Release(None)])  # a crash of this instance must not look clean to the next one
         self.writer_slots = syncs.writers.slots if syncs.writers is not None else None
         self._fence(upgraded=self.link.exactly_once and syncs.writers is None and not fresh)
         self._load_syncs(syncs if clean else None)
@@ -220,7 +218,7 @@ class _Driver:
         regained, and before a restarted query, whose tasks may have died mid-transaction), serving the lease
         meanwhile; `upgraded`: the ids of a version before slots too, one per source partition (then recorded as
         done). Only under a confirmed lease (W1): a zombie that initialised the ids would fence the owner."""
-        self._confirm_lease()
+        self.writes.confirm_lease()
         slots = max(self.writer_slots or 0, self._task_slots())
         ids = [stream_writer.transactional_id(self.flow.source, self.flow.target, i) for i in range(slots)]
         if upgraded:
@@ -230,7 +228,7 @@ class _Driver:
                             self.lease.keep if self.lease is not None else lambda: True)
         self.fenced = time.time_ns()
         if slots != self.writer_slots:
-            self._write_syncs([Writers(slots)])
+            self.writes.write([Writers(slots)])
             self.writer_slots = slots
 
     def _task_slots(self) -> int:
@@ -266,7 +264,7 @@ class _Driver:
                         "%s-%d): a new Spark checkpoint, at the positions", self.flow.name, len(behind), *behind[0])
         for tp, loss in self.losses.items():
             self.metrics.observe_loss(tp, loss.lost)
-        records: list[_SyncRecord] = []
+        records: list[SyncRecord] = []
         migrated = 0
         for tp in syncs.partitions():
             slots = syncs.anchors.get(tp, {})
@@ -280,81 +278,18 @@ class _Driver:
             if position is not None:
                 _adopt_batch_first(store, position)  # the driver stopped before it recorded that batch
             self.anchors[tp] = store
-        self._write_syncs(records + self._anchor_writes())
+        self.writes.write(records + self._anchor_writes())
         known = {t for t, _ in self.upstream_next} | set(self.incarnations)
         if self._incarnations(known) and self.checkpoint.exists():
             self._new_checkpoint()  # Spark's checkpoint holds the old incarnation's offsets
         if migrated:
             log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
 
-    def _anchor_writes(self) -> list[_SyncRecord]:
+    def _anchor_writes(self) -> list[SyncRecord]:
         return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
                 for slot, anchor in store.drain().items()]
 
-    def _confirm_lease(self) -> None:
-        """W1 for the driver's own writes; another holder stops the flow (fatal), an unanswered check fails
-        the batch (the query restarts, and the lease consumer finds out whether the lease is still ours)."""
-        member = self.lease.member_id if self.lease is not None else None
-        if member is None or self.lease is None:
-            return
-        try:
-            LeaseGuard.confirm(self.flow.name, member, self.link.settings("target", "admin"), self.lease.own_ids)
-        except LeaseSuperseded as exc:
-            raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
-
-    def _write_syncs(self, records: list[_SyncRecord]) -> None:
-        """The driver's records (anchors, losses, releases...) in transactions of the driver's own id (W4), at most
-        _SYNCS_PER_TRANSACTION records each (a tombstone sweep can be long)."""
-        if not records:
-            return
-        self._confirm_lease()
-        producer = self._syncs_producer()
-        failed: list[str] = []
-
-        def delivered(err: Any, _msg: Any) -> None:
-            if err is not None:
-                failed.append(err.str())
-
-        try:
-            for start in range(0, len(records), _SYNCS_PER_TRANSACTION):
-                producer.begin_transaction()
-                for record in records[start:start + _SYNCS_PER_TRANSACTION]:
-                    producer.produce(self.link.syncs_topic, record.value(), record.key(), partition=0,
-                                     on_delivery=delivered)
-                    producer.poll(0)
-                if producer.flush(60) > 0 or failed:
-                    raise OperationalError(f"flow {self.flow.name}: offset syncs not acknowledged by "
-                                           f"{self.link.target.alias}" + (f": {failed[0]}" if failed else ""))
-                producer.commit_transaction(60)
-        except BaseException as exc:
-            self.position_producer = None  # the next write initialises afresh, which aborts what this one left open
-            if not isinstance(exc, KafkaException):
-                raise
-            err = exc.args[0]
-            if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
-                raise OperationalError(f"{FATAL}flow {self.flow.name}: fenced: another instance initialised the "
-                                       f"flow's driver id on {self.link.target.alias}: {err.str()}") from None
-            raise OperationalError(f"flow {self.flow.name}: offset syncs not committed on {self.link.target.alias}: "
-                                   f"{err.str()}") from None
-
-    def _syncs_producer(self) -> Any:
-        """The driver's transactional producer, initialised under a confirmed lease (W1): at a takeover that fences
-        the previous holder's driver (W4)."""
-        if self.position_producer is None:
-            self._confirm_lease()
-            producer = self.link.target_producer(**{
-                "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-                "transactional.id": stream_writer.driver_transactional_id(self.flow.source, self.flow.target),
-                "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
-            try:
-                producer.init_transactions(60)
-            except KafkaException as exc:
-                raise OperationalError(f"flow {self.flow.name}: cannot initialise the driver's transactional id on "
-                                       f"{self.link.target.alias}: {exc.args[0].str()}") from None
-            self.position_producer = producer
-        return self.position_producer
-
-    def _prune(self) -> list[_SyncRecord]:
+    def _prune(self) -> list[SyncRecord]:
         """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
         does the state of deleted topics (after two looks in a row, so that one incomplete metadata answer
         deletes nothing)."""
@@ -373,10 +308,10 @@ class _Driver:
             log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
         return records
 
-    def _drop_topics(self, gone: set[str], why: str = "deleted") -> list[_SyncRecord]:
+    def _drop_topics(self, gone: set[str], why: str = "deleted") -> list[SyncRecord]:
         """Forget deleted (or re-created) source topics: their anchors, positions, losses and incarnations
         (tombstones), metrics and remote-topic state."""
-        records: list[_SyncRecord] = []
+        records: list[SyncRecord] = []
         for tp in sorted(tp for tp in set(self.anchors) | set(self.upstream_next) | set(self.losses) if tp[0] in gone):
             store = self.anchors.pop(tp, None)
             records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
@@ -413,7 +348,7 @@ class _Driver:
         gone = looks[0] & looks[-1]
         if not gone:
             return False
-        self._write_syncs(self._drop_topics(gone))
+        self.writes.write(self._drop_topics(gone))
         self._new_checkpoint()
         log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
                     "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
@@ -442,7 +377,7 @@ class _Driver:
             if self.incarnations.get(t) != topic_id:
                 self.incarnations[t] = topic_id
                 records.append(Incarnation(t, topic_id))
-        self._write_syncs(records)
+        self.writes.write(records)
         self.recreated |= recreated
         return recreated
 
@@ -466,7 +401,7 @@ class _Driver:
         if self.lease is not None:
             if self.clean_stop and self.lease.keep():
                 try:
-                    self._write_syncs([Release(int(time.time() * 1000))])
+                    self.writes.write([Release(int(time.time() * 1000))])
                 except OperationalError as exc:  # the next start waits out this instance's writes instead
                     log.warning("flow %s: could not record a clean stop: %s", self.flow.name, exc)
             self.lease.release()
@@ -549,7 +484,7 @@ class _Driver:
                 self.downstream_next[tp] = position.downstream_next
             _adopt_batch_first(self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing)),
                                position)
-        self._write_syncs(self._anchor_writes())
+        self.writes.write(self._anchor_writes())
 
     def _watch(self, query: Any) -> str | None:
         """Wait until the query fails (its error) or a stop is requested (None)."""
@@ -722,7 +657,7 @@ class _Driver:
 
     def _mirror_batch(self, df: Any, batch_id: int) -> None:
         begun = time.monotonic()
-        self._confirm_lease()
+        self.writes.confirm_lease()
         ends = self._batch_ends(batch_id)
         counts: dict[str, int] = {}
         for topic, partition in ends:
@@ -783,7 +718,7 @@ class _Driver:
             self.upstream_next[tp] = end
             if self.stuck.pop(tp, None) is not None:
                 self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
-        self._write_syncs(records)
+        self.writes.write(records)
         self._record_digests(rows, begins, ends, quiet)
         self.first_batch_of_query = False
         self.previous_batch = (batch_id, ends)
