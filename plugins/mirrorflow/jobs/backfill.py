@@ -194,8 +194,8 @@ def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
     # At-least-once, the backfill's records are idempotent, not fenced: it holds the lease, no stream writes.
     spec = WriterSpec.of(
         link, remote={j.topic: j.remote for j in todo}, upstream_next={}, downstream_next={},
-        ends={(j.topic, j.partition): j.end for j in todo}, transactional=link.exactly_once, replay=True,
-        unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
+        ends={(j.topic, j.partition): j.end for j in todo}, provenance=True, transactional=link.exactly_once,
+        replay=True, unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
     tasks = max(1, min(len(todo), spark.sparkContext.defaultParallelism * 2))
     rows = (records.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
             .selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_DDL)
