@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import OperationalError
@@ -31,6 +31,7 @@ from mirrorflow.rules.policy import HEARTBEATS_TOPIC
 log = logging.getLogger(__name__)
 STATES_TOPIC = "mirrorflow-flow-states.internal"
 RUNNING, STOPPED = "running", "stopped"
+_NOT_YET_KNOWN = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
 @dataclass(frozen=True)
@@ -108,12 +109,20 @@ class StopWatch:
         settings = self.link.settings("target", "consumer")
         consumer = Consumer({**settings, "group.id": "mirrorflow-stop-watch", "enable.auto.commit": False,
                              "isolation.level": "read_committed"})
-        try:
-            _, end = consumer.get_watermark_offsets(TopicPartition(STATES_TOPIC, 0), timeout=admin_sync.TIMEOUT_S)
-        except KafkaException as exc:
-            consumer.close()
-            raise OperationalError(f"flow {self.flow.name}: cannot read {STATES_TOPIC} on {self.flow.target} to "
-                                   f"watch for stop requests: {exc.args[0].str()}") from None
+        deadline = time.monotonic() + admin_sync.TIMEOUT_S
+        while True:
+            try:
+                _, end = consumer.get_watermark_offsets(TopicPartition(STATES_TOPIC, 0),
+                                                        timeout=admin_sync.TIMEOUT_S)
+                break
+            except KafkaException as exc:
+                # A topic just created reaches each broker's metadata in turn: the one asked may not know it yet.
+                if exc.args[0].code() in _NOT_YET_KNOWN and time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                consumer.close()
+                raise OperationalError(f"flow {self.flow.name}: cannot read {STATES_TOPIC} on {self.flow.target} "
+                                       f"to watch for stop requests: {exc.args[0].str()}") from None
         consumer.assign([TopicPartition(STATES_TOPIC, 0, end)])
         self._thread = threading.Thread(target=self._run, args=(consumer,), name="mirrorflow-stop-watch",
                                         daemon=True)
