@@ -73,3 +73,10 @@ def test_a_writer_spec_takes_the_links_part_and_the_callers_fields_win() -> None
     assert not WriterSpec.of(link, remote={}, upstream_next={}, ends={}, downstream_next={}, transactional=False
                              ).transactional
     assert "linger" not in repr(spec)  # settings hold secrets: never in a spec's repr
+
+
+def test_admin_clients_are_built_once_per_side_and_overrides() -> None:
+    link = _link()
+    assert link.source_admin is link.admin("source") is not link.target_admin
+    probe = link.admin("source", **{"socket.timeout.ms": 10_000})
+    assert probe is link.admin("source", **{"socket.timeout.ms": 10_000}) and probe is not link.source_admin

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from mirrorflow.kafka import admin_sync, clients
@@ -35,6 +35,7 @@ class FlowLink:
     config: MirrorConfig
     flow: Flow
     _settings: dict[tuple[Side, Role], dict[str, Any]] = field(default_factory=dict, repr=False)
+    _admins: dict[tuple[Side, frozenset[tuple[str, Any]]], AdminClient] = field(default_factory=dict, repr=False)
 
     @classmethod
     def of(cls, config: MirrorConfig, flow: Flow | str) -> FlowLink:
@@ -62,23 +63,24 @@ class FlowLink:
             self._settings[(side, role)] = clients.settings(self.cluster(side), role)
         return dict(self._settings[(side, role)])
 
-    @cached_property
+    @property
     def source_admin(self) -> AdminClient:
-        return AdminClient(self.settings("source", "admin"))
+        return self.admin("source")
 
-    @cached_property
+    @property
     def target_admin(self) -> AdminClient:
-        return AdminClient(self.settings("target", "admin"))
+        return self.admin("target")
 
     def admin(self, side: Side, **overrides: Any) -> AdminClient:
-        """A client of its own, for settings the shared ones must not have (a shorter timeout)."""
-        return AdminClient({**self.settings(side, "admin"), **overrides})
+        """One side's admin client, built on first use and shared by every caller asking with the same overrides
+        (L1: a lag probe's shorter timeout gets a client of its own, once)."""
+        key = (side, frozenset(overrides.items()))
+        if key not in self._admins:
+            self._admins[key] = AdminClient({**self.settings(side, "admin"), **overrides})
+        return self._admins[key]
 
     def target_producer(self, **overrides: Any) -> Producer:
         return Producer({**self.settings("target", "producer"), **overrides})
-
-    def consumer(self, side: Side, **overrides: Any) -> Consumer:
-        return clients.consumer(self.cluster(side), **overrides)
 
     @property
     def exactly_once(self) -> bool:
