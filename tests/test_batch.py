@@ -343,3 +343,34 @@ def test_headers_encoded_in_the_jvm_decode_to_the_same_headers_in_order(spark: A
     got = {r["i"]: r["encoded"] for r in df.selectExpr("i", f"{HEADERS_SQL} AS encoded").collect()}
     assert [None if got[i] is None else decode_headers(bytes(got[i])) for i in range(len(cases))] == \
         [c or None for c in cases]
+
+
+def test_the_copiers_python_record_digest_equals_sparks_on_every_kind_of_record(spark: Any) -> None:
+    import datetime
+    import random
+
+    import numpy as np
+
+    from mirrorflow.rules import digests, record_digest
+
+    rng = random.Random(7)
+    rows = []
+    for i in range(400):
+        key = None if i % 7 == 0 else b"" if i % 11 == 0 else rng.randbytes(rng.randint(1, 40))
+        value = None if i % 13 == 0 else rng.randbytes(rng.choice([0, 3, 31, 32, 33, 1500]))
+        headers = None if i % 3 == 0 else [] if i % 5 == 0 else [
+            (f"h-ü{j}", None if j == 1 else rng.randbytes(j * 3)) for j in range(i % 4 + 1)]
+        ts = 1_700_000_000_000 + i * 977 - (2_000_000_000_000 if i % 17 == 0 else 0)  # before 1970 too
+        rows.append((3 + i % 2, 10**12 + i * 31, key, value, headers,
+                     datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC), ts))
+    df = spark.createDataFrame([r[:6] for r in rows], "partition int, offset long, key binary, value binary, "
+                               "headers array<struct<key: string, value: binary>>, timestamp timestamp")
+    expected = [r[0] for r in df.selectExpr(digests.RECORD_DIGEST).collect()]
+    got: list[int] = []
+    for partition in (3, 4):  # the copier computes one partition's records at a time
+        mine = [r for r in rows if r[0] == partition]
+        got += record_digest.digests_of(partition, np.array([r[1] for r in mine]), [r[2] for r in mine],
+                                        [r[3] for r in mine], [r[4] for r in mine],
+                                        np.array([r[6] for r in mine])).tolist()
+    by_partition = [r for p in (3, 4) for r in rows if r[0] == p]
+    assert got == [expected[rows.index(r)] for r in by_partition]

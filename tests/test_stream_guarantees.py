@@ -102,6 +102,8 @@ def test_exactly_once_keeps_one_transactional_producer_per_task_slot_across_batc
             [status] = json.loads(answer.read())
         assert status["batches"] >= 8, status["batches"]
         assert status["transactional-producer-inits"] == 1, status["transactional-producer-inits"]
+        # The copier's source consumer is the worker's too: built by the first task that read, kept by the others.
+        assert status["source-consumer-inits"] == 1 and status["reading-tasks"] >= 8, status
         with urllib.request.urlopen(f"http://127.0.0.1:{KEEP_METRICS_PORT}/metrics", timeout=10) as answer:
             assert 'mirrorflow_transactional_producer_inits_total{flow="keep->kept"} 1' in answer.read().decode()
         assert stream.stop() == 0

@@ -58,18 +58,19 @@ from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
 from mirrorflow.model.config import Flow
-from mirrorflow.rules import digests, offset_syncs
+from mirrorflow.rules import batch_plan, digests, offset_syncs
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release, Writers
-from mirrorflow.spark import offset_log, spark_session, stream_writer
-from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_DDL, WriterSpec, mirror_partitions
+from mirrorflow.spark import copier, offset_log, range_source, spark_session, stream_writer
+from mirrorflow.spark.stream_writer import SUMMARY_DDL, WriterSpec
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
 _RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirrorflow reset` it starts after
+_INITIAL_OFFSETS = "mirrorflow-initial-offsets.json"  # in the Spark checkpoint: its first batch's start (S1)
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
@@ -149,6 +150,7 @@ class _Driver:
         self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
         self.stuck: dict[tuple[str, int], _Stuck] = {}  # bounded by the flow's partitions
         self.writer_slots: int | None = None  # task slots whose transactional ids were used (syncs)
+        self.query_slots = 1  # task slots the running query's batches are cut into
         self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
         self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
         self.missing_topics: set[str] = set()
@@ -579,32 +581,24 @@ class _Driver:
         self.first_batch_of_query = True
         if self._task_slots() > (self.writer_slots or 0):
             self._recover(2.0)  # more cores than when the ids were last fenced (a cluster's executors joined)
-        reader = self.spark.readStream.format("kafka")
-        for key, value in self._source_options().items():
-            reader = reader.option(key, value)
-        return (reader.load().writeStream
+        # One task per core, each copying several source partitions in turn. A slot's id is used only once fenced
+        # and recorded (between queries).
+        reset = self.link.source.client_config("consumer").get("auto.offset.reset", "earliest")
+        starting = self._starting_offsets(reset)
+        self.query_slots = min(self._task_slots(), self.writer_slots or 1)
+        plan = range_source.SourcePlan(
+            self.flow.name, self.flow.source, self.link.settings("source", "admin"),
+            java_regex_to_python(self.pattern), self.link.reads_committed,
+            slots=self.query_slots, max_records=self.options.max_records_per_batch,
+            starting=starting if starting in ("earliest", "latest") else json.loads(starting),
+            initial_path=str(self.checkpoint / _INITIAL_OFFSETS))
+        self.spark.dataSource.register(range_source.source_class(plan))
+        return (self.spark.readStream.format(range_source.NAME).load().writeStream
                 .queryName(f"mirrorflow_{self.flow.source}_{self.flow.target}")
                 .foreachBatch(self._batch)
                 .option("checkpointLocation", str(self.checkpoint))
                 .trigger(processingTime=f"{self.options.trigger_ms} milliseconds")
                 .start())
-
-    def _source_options(self) -> dict[str, str]:
-        java = self.link.source.client_config("consumer")
-        options = spark_session.kafka_options(self.link.source)
-        options.update({
-            "subscribePattern": self.pattern,
-            "includeHeaders": "true",
-            "maxOffsetsPerTrigger": str(self.options.max_records_per_batch),
-            "failOnDataLoss": "false",  # the driver detects, records and shows loss per partition (_losses)
-            "startingOffsets": self._starting_offsets(java.get("auto.offset.reset", "earliest")),
-        })
-        if self.link.config.reads_committed(self.flow):
-            options["kafka.isolation.level"] = "read_committed"
-        # A task reads a range already in the log, yet with the default fetch.max.wait.ms (500 ms) its first
-        # records came about half a second later than with 10 ms (measured on a 1-record batch): latency per batch.
-        options.setdefault("kafka.fetch.max.wait.ms", "10")
-        return options
 
     def _source_partitions(self) -> list[tuple[str, int]]:
         """Every partition of the source topics the flow replicates now."""
@@ -680,16 +674,15 @@ class _Driver:
         paused = frozenset(tp for tp, s in list(self.stuck.items())
                            if s.paused or begins.get(tp, -1) != self.upstream_next.get(tp, -1))
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused)
-        # One task per core, each writing several source partitions in turn (coalesce concatenates
-        # them without a shuffle, so each partition's order holds): fewer, larger tasks per batch.
-        # A slot's id is used only once fenced and recorded (between queries).
-        tasks = min(self._task_slots(), self.writer_slots or 1)
+        # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
+        slots = batch_plan.slot_ranges(self._batch_starts(batch_id), ends, self.query_slots)
         writing = time.monotonic()
         rows = [r.asDict(recursive=True) for r in
-                df.selectExpr(*INPUT_COLUMNS).coalesce(tasks)
-                .mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_DDL).collect()]
+                self.spark.range(len(slots), numPartitions=len(slots))
+                .mapInArrow(functools.partial(copier.copy_slots, spec, slots), SUMMARY_DDL).collect()] if slots else []
         written = time.monotonic()
         self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
+        self.metrics.count_consumer_inits(sum(r["consumer_inits"] for r in rows), sum(r["consumer_uses"] for r in rows))
         for r in rows:
             if r["topic"] in self.held:
                 self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
@@ -953,6 +946,14 @@ class _Driver:
         if batch_id > 0 and (self.checkpoint / "offsets" / str(batch_id - 1)).exists():
             return self._batch_ends(batch_id - 1)
         return {}
+
+    def _batch_starts(self, batch_id: int) -> dict[tuple[str, int], int]:
+        """Where the batch reads from: Spark's start of it (the previous batch's ends, or the first batch's kept
+        start), and for a partition Spark has no start of, its position (a checkpoint of an older version), else
+        none: it is new, and its first batch ends at its log start (batch_plan P2)."""
+        spark_starts = (self._previous_ends(batch_id) if batch_id > 0 else
+                        range_source.read_initial(self.checkpoint / _INITIAL_OFFSETS) or {})
+        return {**{tp: p for tp, p in self.upstream_next.items() if p >= 0}, **spark_starts}
 
     def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """The batch's end offsets, from the offset log Spark wrote before running it."""

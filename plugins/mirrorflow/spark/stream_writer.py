@@ -79,7 +79,8 @@ SUMMARY = pa.schema([
     ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
     ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
     ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()), ("aborted", pa.bool_()),
-    ("producer_inits", pa.int64()), ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
+    ("producer_inits", pa.int64()), ("consumer_inits", pa.int64()), ("consumer_uses", pa.int64()),
+    ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
     ("digest_refused", pa.list_(pa.int64())), ("digest_xors", pa.list_(pa.int64())),
     ("digest_target_firsts", pa.list_(pa.int64())),
 ])
@@ -129,6 +130,9 @@ class WriterSpec:
     fence_syncs: bool = False
     # Transactional: workers keep producers across batches (a local master: the marks below see every worker).
     keep_producers: bool = True
+    # The copier's reads (spark/copier): the source's consumer settings (secrets: never printed) and isolation.
+    source_consumer_settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    reads_committed: bool = False
 
     @classmethod
     def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
@@ -140,15 +144,42 @@ class WriterSpec:
             "consumer_settings": link.settings("target", "consumer"),
             "source_admin_settings": link.settings("source", "admin"),
             "target_admin_settings": link.settings("target", "admin"),
+            "source_consumer_settings": link.settings("source", "consumer"), "reads_committed": link.reads_committed,
             "syncs_topic": link.syncs_topic, "provenance": link.flow.flag("mirrorflow.provenance.header.enabled"),
             "transactional": link.transactional, **fields})
 
 
-def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: mirror every record of the task, then yield one summary row per source partition.
+@dataclass
+class Run:
+    """Consecutive records of one source partition, in offset order, as the writer takes them."""
 
-    Records are produced as Arrow batches arrive, so Spark's reading and the producing overlap.
-    """
+    offsets: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[list[tuple[str, bytes | None]] | None]
+    timestamps: np.ndarray  # ms, int64
+    digests: np.ndarray  # digests.RECORD_DIGEST of each record, int64
+
+
+@dataclass(frozen=True)
+class PassedOver:
+    """Source offsets [from_offset, until_offset) of a partition the task does not read: its topic is not
+    replicated (held, or only matched by the subscription pattern) or the partition is paused."""
+
+    from_offset: int
+    until_offset: int
+
+
+def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over Spark's Kafka source rows (INPUT_COLUMNS): mirror every record of the task, then yield
+    one summary row per source partition. Records are produced as Arrow batches arrive."""
+    yield from mirror_runs(spec, (run for batch in batches for run in _by_partition(batch)))
+
+
+def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver]]
+                ) -> Iterator[pa.RecordBatch]:
+    """Mirror a task's runs of records (a partition's runs in offset order), then yield one summary row per source
+    partition."""
     writes: dict[TopicPartition, _PartitionWrite] = {}
     producer: Producer | None = None
     kept = False  # transactional: the producer was initialised by an earlier task of this worker
@@ -156,18 +187,20 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
     halted = [False]  # transactional: the transaction failed, nothing more of the task is produced
     syncs: list[tuple[Producer, bool]] = []  # fence_syncs: the slot's producer for the offset syncs, and whether kept
     try:
-        for batch in batches:
-            for tp, part in _by_partition(batch):
-                write = writes.get(tp)
-                if write is None:
-                    if producer is None:  # a task without records (fewer source partitions than tasks) has none
-                        if spec.transactional:
-                            producer, kept = _transactional_producer(spec)
-                            producer.begin_transaction()
-                            committed = _committed_positions(spec)
-                        else:
-                            producer = _idempotent_producer(spec)
-                    write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted)
+        for tp, part in runs:
+            write = writes.get(tp)
+            if write is None:
+                if producer is None:  # a task without records (fewer source partitions than tasks) has none
+                    if spec.transactional:
+                        producer, kept = _transactional_producer(spec)
+                        producer.begin_transaction()
+                        committed = _committed_positions(spec)
+                    else:
+                        producer = _idempotent_producer(spec)
+                write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted)
+            if isinstance(part, PassedOver):
+                write.pass_over(part)
+            else:
                 write.write(part)
         rows = []
         if producer is not None and spec.transactional:
@@ -274,7 +307,7 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
     return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).row() for w in writes]
 
 
-def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.RecordBatch]]:
+def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, Run]]:
     """The batch cut into runs of one source partition each, in order."""
     if batch.num_rows == 0:
         return
@@ -283,8 +316,14 @@ def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, pa.Re
     start = 0
     for i in range(1, batch.num_rows + 1):
         if i == batch.num_rows or topics[i] != topics[start] or parts[i] != parts[start]:
-            yield (topics[start], parts[start]), batch.slice(start, i - start)
+            yield (topics[start], parts[start]), _arrow_run(batch.slice(start, i - start))
             start = i
+
+
+def _arrow_run(part: pa.RecordBatch) -> Run:
+    return Run(part.column("offset").to_pylist(), part.column("key").to_pylist(), part.column("value").to_pylist(),
+               _headers(part.column("headers")), part.column("ts").to_numpy(zero_copy_only=False),
+               part.column("digest").to_numpy(zero_copy_only=False))
 
 
 class _Summary:
@@ -325,7 +364,8 @@ class _Summary:
             "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
             "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
             "last_timestamp": self.last_timestamp, "stuck": self.stuck, "aborted": self.aborted,
-            "producer_inits": 0, "digest_cells": cells, "digest_records": [self.cells[c][0] for c in cells],
+            "producer_inits": 0, "consumer_inits": 0, "consumer_uses": 0,
+            "digest_cells": cells, "digest_records": [self.cells[c][0] for c in cells],
             "digest_refused": [self.cells[c][1] for c in cells], "digest_xors": [self.cells[c][2] for c in cells],
             "digest_target_firsts": [firsts.get(c) for c in cells],
         }
@@ -394,11 +434,18 @@ class _PartitionWrite:
         self.acked.append(msg.offset())
         self.summary.latencies.append(int(time.time() * 1000) - msg.timestamp()[1])
 
-    def write(self, part: pa.RecordBatch) -> None:
+    def pass_over(self, part: PassedOver) -> None:
+        """A range the task does not read (PassedOver): counted as filtered, as if read and passed over."""
+        if self.summary.first_offset is None:
+            self.summary.first_offset = part.from_offset
+        self.summary.upstream_next = part.until_offset
+        self.summary.filtered += part.until_offset - part.from_offset
+
+    def write(self, part: Run) -> None:
         summary, spec, remote = self.summary, self.spec, self.remote
         topic, partition = self.tp
         _confirm_lease(spec)
-        offsets = part.column("offset").to_pylist()
+        offsets = part.offsets
         summary.upstream_next = offsets[-1] + 1
         if summary.first_offset is None:
             summary.first_offset = offsets[0]
@@ -407,10 +454,8 @@ class _PartitionWrite:
             return
         if self.halted[0]:
             return  # aborted with the task's transaction: written again by the next query
-        keys = part.column("key").to_pylist()
-        values = part.column("value").to_pylist()
-        stamps = part.column("ts").to_pylist()
-        headers = _headers(part.column("headers"))
+        keys, values, headers = part.keys, part.values, part.headers
+        stamps = part.timestamps.tolist()
         now = int(time.time() * 1000)
         producer, delivered, written, target = self.producer, self._delivered, self.written, spec.target
         refused: list[tuple[int, int]] = []  # (index in the run, offset)
@@ -450,13 +495,13 @@ class _PartitionWrite:
             summary.bytes += size
         summary.records = len(written)
         if not self.halted[0]:
-            ages = now - part.column("ts").to_numpy(zero_copy_only=False)
+            ages = now - part.timestamps
             if passed:
                 ages = np.delete(ages, passed)
             summary.age.add_many(ages)
             if len(ages):
                 summary.last_timestamp = int(now - ages[-1])
-            record_digests = part.column("digest").to_numpy(zero_copy_only=False)
+            record_digests = part.digests
             summary.digest(np.asarray(offsets, dtype=np.int64), record_digests,
                            [(o, int(record_digests[i])) for i, o in refused])
 

@@ -61,7 +61,7 @@ class Distribution:
             self.maximum = value
         self.buckets[bisect.bisect_left(BOUNDS_MS, value)] += 1
 
-    def add_many(self, values: Sequence[int]) -> None:
+    def add_many(self, values: Sequence[int] | np.ndarray) -> None:
         """add() for each value, at once (the writer's per-record values: one numpy pass, not a Python loop)."""
         if not len(values):
             return
@@ -165,6 +165,9 @@ class FlowMetrics:
         self.spark_ui: str | None = None  # the driver's Spark UI, when it has one
         self.held: dict[str, tuple[str, int]] = {}  # source topic -> (why, records not written since)
         self.producer_inits = 0  # transactional producers initialised (each fences its id's last)
+        # The copier's source consumers built, against tasks that read records: the worker cache's misses.
+        self.consumer_inits = 0
+        self.reading_tasks = 0
         # The last BATCH_TIMES micro-batches: (foreachBatch ms, of which the write job ms), and Spark's own time per
         # trigger outside foreachBatch (offsets, planning, offset and commit logs), as sampled from its progress.
         self.batch_times: collections.deque[tuple[float, float]] = collections.deque(maxlen=BATCH_TIMES)
@@ -217,6 +220,11 @@ class FlowMetrics:
     def count_producer_inits(self, inits: int) -> None:
         with self._lock:
             self.producer_inits += inits
+
+    def count_consumer_inits(self, inits: int, reading_tasks: int) -> None:
+        with self._lock:
+            self.consumer_inits += inits
+            self.reading_tasks += reading_tasks
 
     def hold(self, topic: str, why: str, records: int) -> None:
         """A topic the stream does not write (its remote topic is gone), and records passed over since."""
@@ -287,6 +295,7 @@ class FlowMetrics:
                 "error": self.error, "pid": self.pid, "host": self.host, "spark-ui": self.spark_ui,
                 "updated": now, "started": self.started, "batches": self.batches,
                 "transactional-producer-inits": self.producer_inits,
+                "source-consumer-inits": self.consumer_inits, "reading-tasks": self.reading_tasks,
                 "last-batch": self.last_batch,
                 "mirrored-through": mirrored_through(self.partitions.values(), self.planned_after),
                 # Means over the last BATCH_TIMES batches: the driver's own part of a batch is batch minus write.

@@ -1,0 +1,85 @@
+"""What one micro-batch of a stream copies: its end offsets per source partition, and its ranges per task slot.
+
+Policy only, no I/O: the stream's source (spark/range_source) asks the clusters and calls these.
+
+  P1  `admit` never moves a partition backwards nor past its latest offset, and admits at most `max_records`
+      records in all plus one per partition with a backlog (each such partition moves: none starves).
+  P2  A partition first seen after the query began (no start) ends its first batch at its log start: it is
+      read from there on, the way Kafka's own source starts a new partition at its earliest offset.
+  P3  `slot_ranges` is a pure function of (start, end, slots): a batch replayed from the offset log after a
+      crash is planned exactly as it was. Every partition with from < until lies in exactly one slot, and the
+      slots' record counts are balanced (largest range first onto the least-loaded slot).
+  P4  Offsets as JSON (`encode`) have their topics and partitions in sorted order: Spark compares them as text.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+TopicPartition = tuple[str, int]
+Offsets = Mapping[TopicPartition, int]
+
+
+@dataclass(frozen=True, order=True)
+class Range:
+    """Source offsets [from_offset, until_offset) of one partition, for one task slot to copy."""
+
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+
+    @property
+    def records(self) -> int:
+        return self.until_offset - self.from_offset
+
+
+def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int | None) -> dict[TopicPartition, int]:
+    """The batch's end offsets (P1, P2): `latest` for every partition the source has now, capped in all to
+    `max_records` (None: no cap) and shared out in proportion to each partition's backlog; `log_starts`: the log
+    start of each partition in `latest` but not in `start`."""
+    end: dict[TopicPartition, int] = {}
+    backlog: dict[TopicPartition, int] = {}
+    for tp, last in latest.items():
+        if tp not in start:
+            end[tp] = log_starts.get(tp, 0)
+        elif last > start[tp]:
+            backlog[tp] = last - start[tp]
+        else:
+            end[tp] = start[tp]  # nothing new, or offsets went backwards (re-created: the driver sees it)
+    total = sum(backlog.values())
+    for tp, size in backlog.items():
+        if max_records is None or total <= max_records:
+            end[tp] = start[tp] + size
+            continue
+        share = max_records * size / total
+        end[tp] = start[tp] + min(size, max(1, math.floor(share)))
+    return end
+
+
+def slot_ranges(start: Offsets, end: Offsets, slots: int) -> list[list[Range]]:
+    """The batch's ranges, one list per task slot in use (P3); slots without a range are left out."""
+    ranges = [Range(tp[0], tp[1], start[tp], until) for tp, until in end.items()
+              if tp in start and until > start[tp]]
+    ranges.sort(key=lambda r: (-r.records, r.topic, r.partition))
+    loads = [0] * max(1, slots)
+    out: list[list[Range]] = [[] for _ in loads]
+    for r in ranges:
+        slot = min(range(len(loads)), key=lambda i: (loads[i], i))
+        loads[slot] += r.records
+        out[slot].append(r)
+    return [sorted(rs, key=lambda r: (r.topic, r.partition)) for rs in out if rs]
+
+
+def encode(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """Offsets in the JSON shape of Spark's Kafka source ({topic: {partition: offset}}), sorted (P4)."""
+    out: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        out.setdefault(topic, {})[str(partition)] = offset
+    return out
+
+
+def decode(offsets: Mapping[str, Mapping[str, int]] | None) -> dict[TopicPartition, int]:
+    return {(topic, int(p)): int(o) for topic, parts in (offsets or {}).items() for p, o in parts.items()}

@@ -1,0 +1,188 @@
+"""The stream's data path on the executors: a task slot's source ranges copied consumer to producer in librdkafka.
+
+Spark plans the micro-batches (spark/range_source: the end offsets, in its offset log); the driver cuts each into
+ranges per task slot (rules/batch_plan) and runs `copy_slots` as a `mapInArrow` over one row per slot. It reads
+each range with a librdkafka consumer kept by the Python worker (connections, metadata and fetch sessions survive
+from one micro-batch to the next) and hands runs of records to the stream writer, which produces them and yields
+one summary row per source partition. No record crosses into the JVM.
+
+  C1  A range is read from `from` to `until` (exclusive) and no further: records at or past `until` are left
+      for the next batch, and a partition is unassigned as soon as its range is done (a paused partition would
+      stay paused across assignments).
+  C2  Records below the partition's log start are gone: the read goes on at the log start and the run's first
+      offset shows the gap (the driver records it as a loss); `auto.offset.reset = error` makes librdkafka say
+      so instead of jumping to the end.
+  C3  A range that makes no progress for STALL_S fails the task (the query restarts from its checkpoint),
+      naming the partitions.
+Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from mirrorflow.rules import record_digest
+from mirrorflow.rules.batch_plan import Range
+from mirrorflow.spark.stream_writer import PassedOver, Run, WriterSpec, mirror_runs
+
+log = logging.getLogger(__name__)
+
+STALL_S = 120.0  # as long as Spark's Kafka source waits for a poll (spark.network.timeout)
+_CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at once
+_CONSUME_WAIT_S = 0.2
+
+# Tuning the source's `consumer.*` settings may change; C1-C2 rest on the fixed ones.
+_CONSUMER_TUNING = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 1, "queued.max.messages.kbytes": 65_536,
+                    "fetch.message.max.bytes": 8_388_608}
+_CONSUMER_FIXED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
+                   "enable.partition.eof": True}
+_CONSUMER_DROPPED = {"group.id", "group.instance.id", "isolation.level", "partition.assignment.strategy"}
+
+_CONSUMERS: dict[str, Consumer] = {}  # flow -> this worker's consumer (bound: the flows this worker copies)
+cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses reach the driver: consumer_inits)
+
+
+def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committed: bool) -> dict[str, Any]:
+    """The copier's librdkafka consumer settings: the source's consumer settings over its fetch defaults, under what
+    C1 and C2 rest on. The group id is only a name: the consumer assigns partitions, it never joins a group."""
+    tuned = {k: v for k, v in source_settings.items() if k not in _CONSUMER_DROPPED}
+    return {**_CONSUMER_TUNING, **tuned, **_CONSUMER_FIXED, "group.id": f"mirrorflow-copier-{flow}",
+            "isolation.level": "read_committed" if read_committed else "read_uncommitted"}
+
+
+def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], batches: Iterator[pa.RecordBatch]
+               ) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body over `spark.range(len(slots))` with one slot index per task (no Python worker reads for
+    Spark, so a task keeps one worker and its cached clients): copy that slot's ranges, then yield the writer's
+    summary rows."""
+    ranges = [r for batch in batches for slot in batch.column(0).to_pylist() for r in slots[slot]]
+    uses = dict(cache_stats)
+    for summary in mirror_runs(spec, _runs(spec, ranges)):
+        # The task's first row says whether it used its worker's consumer and whether it had to build it.
+        for column, key in (("consumer_inits", "misses"), ("consumer_uses", None)):
+            used = cache_stats[key] - uses[key] if key else sum(cache_stats.values()) - sum(uses.values())
+            if used and summary.num_rows:
+                values = pa.array([used] + [0] * (summary.num_rows - 1), pa.int64())
+                summary = summary.set_column(summary.schema.get_field_index(column), column, values)
+        yield summary
+
+
+def _consumer(spec: WriterSpec) -> Consumer:
+    consumer = _CONSUMERS.get(spec.flow)
+    if consumer is None:
+        cache_stats["misses"] += 1
+        consumer = Consumer(consumer_config(spec.source_consumer_settings, spec.flow, spec.reads_committed))
+        _CONSUMERS[spec.flow] = consumer
+    else:
+        cache_stats["hits"] += 1
+    return consumer
+
+
+def _drop_consumer(flow: str) -> None:
+    consumer = _CONSUMERS.pop(flow, None)
+    if consumer is not None:
+        with contextlib.suppress(KafkaException, RuntimeError):
+            consumer.close()
+
+
+def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, int], Run | PassedOver]]:
+    """The task's records as runs per partition, in offset order within each partition (C1-C3)."""
+    read: dict[tuple[str, int], Range] = {}
+    for r in ranges:
+        tp = (r.topic, r.partition)
+        if r.topic in spec.remote and tp not in spec.paused:
+            read[tp] = r
+        else:
+            yield tp, PassedOver(r.from_offset, r.until_offset)
+    if not read:
+        return
+    consumer = _consumer(spec)
+    clean = False
+    try:
+        consumer.incremental_assign([TopicPartition(t, p, r.from_offset) for (t, p), r in read.items()])
+        yield from _read(spec, consumer, read)
+        clean = True
+    finally:
+        if not clean:
+            _drop_consumer(spec.flow)  # its assignment and fetch state are unknown: the next task starts afresh
+
+
+def _read(spec: WriterSpec, consumer: Consumer, read: Mapping[tuple[str, int], Range]
+          ) -> Iterator[tuple[tuple[str, int], Run]]:
+    until = {tp: r.until_offset for tp, r in read.items()}
+    expected = {tp: r.from_offset for tp, r in read.items()}
+    open_ = set(until)
+    progress = time.monotonic()
+    while open_:
+        messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
+        runs: dict[tuple[str, int], list[Message]] = {}
+        done: list[tuple[str, int]] = []
+        for m in messages:
+            tp = (m.topic(), m.partition())
+            if tp not in open_:
+                continue
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if (m.offset() or 0) >= until[tp]:
+                        open_.discard(tp)
+                        done.append(tp)
+                    continue
+                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    if _resume_at_log_start(spec, consumer, tp, until[tp]):
+                        open_.discard(tp)
+                        done.append(tp)
+                    continue
+                raise KafkaException(err)
+            offset: int = m.offset()  # type: ignore[assignment]  # a record's offset is never None
+            if offset < expected[tp]:
+                continue  # below the range (C1): never handed to the writer
+            if offset >= until[tp]:
+                open_.discard(tp)
+                done.append(tp)
+                continue
+            runs.setdefault(tp, []).append(m)
+            if offset == until[tp] - 1:
+                open_.discard(tp)
+                done.append(tp)
+        if done:
+            consumer.incremental_unassign([TopicPartition(t, p) for t, p in done])
+        if runs or done:
+            progress = time.monotonic()
+        elif time.monotonic() - progress > STALL_S:
+            waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
+            raise RuntimeError(f"flow {spec.flow}: no record of {spec.source} partition(s) {waiting} within "
+                               f"{STALL_S:.0f} s although the batch's end offsets are past their positions")
+        for tp, ms in runs.items():
+            yield tp, _run(tp[1], ms)
+
+
+def _run(partition: int, ms: list[Message]) -> Run:
+    offsets: list[int] = [m.offset() for m in ms]  # type: ignore[misc]
+    keys: list[bytes | None] = [m.key() for m in ms]
+    values: list[bytes | None] = [m.value() for m in ms]
+    headers: list[list[tuple[str, bytes | None]] | None] = [m.headers() for m in ms]  # type: ignore[misc]
+    stamps = np.fromiter((m.timestamp()[1] for m in ms), dtype=np.int64, count=len(ms))
+    digests = record_digest.digests_of(partition, np.array(offsets, dtype=np.int64), keys, values, headers, stamps)
+    return Run(offsets, keys, values, headers, stamps, digests)
+
+
+def _resume_at_log_start(spec: WriterSpec, consumer: Consumer, tp: tuple[str, int], until: int) -> bool:
+    """C2: the range's next records are below the log start: read on from there; True if nothing of the range is
+    left (the driver sees the gap from the positions and the log start)."""
+    low, _high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+    if low >= until:
+        return True  # unassigned with the task's other finished partitions
+    consumer.incremental_unassign([TopicPartition(*tp)])
+    log.info("flow %s: %s-%d: records below offset %d are gone from %s; reading on from there", spec.flow, *tp, low,
+             spec.source)
+    consumer.incremental_assign([TopicPartition(tp[0], tp[1], low)])
+    return False

@@ -1,0 +1,178 @@
+"""The stream's Spark source: it says where each micro-batch ends, per source partition; it reads no record.
+
+A PySpark Python data source (`pyspark.sql.datasource`). Its offsets are Kafka's source offsets in the same JSON
+({topic: {partition: offset}}, sorted: batch_plan P4), so the offset log reads as before (spark/offset_log), and a
+checkpoint of Spark's Kafka source carries on. `latestOffset` runs in the long-lived Python process Spark starts for
+the source, beside the driver: one metadata request every METADATA_REFRESH_S and one ListOffsets round trip per
+broker per trigger (the last stable offset when the flow reads committed records); admission control caps a batch
+at the flow's records per batch (batch_plan.admit). The driver cuts each batch into ranges per task slot and the
+copier reads them (spark/copier), so no Python worker reads this source's rows for Spark; `partitions` and `read`
+give the same ranges (batch_plan.slot_ranges) to anyone who does.
+
+  S1  The first batch's start is resolved once and kept beside the checkpoint (`initial_path`): a first batch
+      replayed after a crash starts where it did, even from "latest".
+
+Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
+The plan holds the source's admin settings (secrets: never printed); the reader opens its admin client lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from confluent_kafka import IsolationLevel
+from confluent_kafka.admin import AdminClient, OffsetSpec
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+
+from mirrorflow.kafka import admin_sync
+from mirrorflow.rules import batch_plan
+from mirrorflow.rules.batch_plan import Range
+
+METADATA_REFRESH_S = 3.0  # how soon a new source topic or partition is planned
+NAME = "mirrorflow_ranges"
+RANGES_DDL = "topic string, partition int, from_offset long, until_offset long"
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """What the planner needs: the source cluster, which topics, how it reads, how many task slots."""
+
+    flow: str
+    source: str
+    admin_settings: Mapping[str, Any] = field(repr=False)
+    pattern: str  # a Python regex matched whole: the flow's subscription pattern
+    read_committed: bool
+    slots: int
+    max_records: int | None
+    # Where a new checkpoint starts: "earliest", "latest", or {topic: {partition: offset}} (-2 earliest, -1 latest)
+    starting: str | Mapping[str, Mapping[str, int]]
+    initial_path: str | None = None  # S1: the first batch's start, as resolved
+
+
+@dataclass(frozen=True)
+class SlotRanges(InputPartition):
+    ranges: tuple[Range, ...]
+
+    def __init__(self, ranges: Sequence[Range]) -> None:
+        object.__setattr__(self, "ranges", tuple(ranges))
+
+
+class RangeSource(DataSource):
+    plan: ClassVar[SourcePlan]
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return RANGES_DDL
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return RangeReader(self.plan)
+
+
+def source_class(plan: SourcePlan) -> type[RangeSource]:
+    """A RangeSource holding `plan` (a class made here is pickled with its attributes, by value)."""
+    return type("PlannedRangeSource", (RangeSource,), {"plan": plan, "__module__": __name__})
+
+
+class RangeReader(DataSourceStreamReader):
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self._admin: AdminClient | None = None
+        self._counts: dict[str, int] = {}
+        self._counts_at = float("-inf")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf")}
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient(dict(self.plan.admin_settings))
+        return self._admin
+
+    def _partitions(self) -> list[TopicPartition]:
+        """The source partitions the pattern matches (metadata at most every METADATA_REFRESH_S)."""
+        if time.monotonic() - self._counts_at >= METADATA_REFRESH_S:
+            counts, _ = admin_sync.partition_counts(self.admin, self.plan.source)
+            matches = re.compile(self.plan.pattern).fullmatch
+            self._counts = {t: n for t, n in counts.items() if matches(t)}
+            self._counts_at = time.monotonic()
+        return [(t, p) for t, n in sorted(self._counts.items()) for p in range(n)]
+
+    def _offsets(self, tps: list[TopicPartition], spec: Any, within: float | None = None) -> dict[TopicPartition, int]:
+        isolation = IsolationLevel.READ_COMMITTED if self.plan.read_committed else IsolationLevel.READ_UNCOMMITTED
+        return admin_sync.offsets(self.admin, self.plan.source, tps, spec, isolation, available_within=within)
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        kept = read_initial(self.plan.initial_path)
+        if kept is not None:
+            return batch_plan.encode(kept)
+        tps = self._partitions()
+        starting = self.plan.starting
+        earliest = self._offsets(tps, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        latest = self._offsets(tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
+        if isinstance(starting, str):
+            chosen = latest if starting == "latest" else earliest
+        else:
+            given = batch_plan.decode(starting)
+            chosen = {}
+            for tp in tps:
+                offset = given.get(tp, -2)
+                chosen[tp] = earliest[tp] if offset == -2 else latest[tp] if offset == -1 else offset
+        offsets = batch_plan.encode(chosen)
+        if self.plan.initial_path is not None:
+            path = Path(self.plan.initial_path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged = path.with_suffix(f".{os.getpid()}")
+            staged.write_text(json.dumps(offsets))
+            staged.replace(path)
+        return offsets
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadAllAvailable() if self.plan.max_records is None else ReadMaxRows(self.plan.max_records)
+
+    def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
+        begun = batch_plan.decode(start)
+        tps = self._partitions()
+        answered = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
+        present = set(tps)
+        # A partition without a leader just now stays where it is; one whose topic is gone drops out.
+        latest = {**{tp: o for tp, o in begun.items() if tp in present}, **answered}
+        new = [tp for tp in latest if tp not in begun]
+        log_starts = self._offsets(new, OffsetSpec.earliest(), within=10.0)  # type: ignore[no-untyped-call]
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        return batch_plan.encode(batch_plan.admit(begun, latest, log_starts, cap))
+
+    def partitions(self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> list[SlotRanges]:
+        slots = batch_plan.slot_ranges(batch_plan.decode(start), batch_plan.decode(end), self.plan.slots)
+        return [SlotRanges(ranges) for ranges in slots] or [SlotRanges([])]
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int]]:
+        assert isinstance(partition, SlotRanges)
+        for r in partition.ranges:
+            yield r.topic, r.partition, r.from_offset, r.until_offset
+
+    def commit(self, end: dict[str, dict[str, int]]) -> None:
+        pass
+
+
+def read_initial(path: str | Path | None) -> dict[tuple[str, int], int] | None:
+    """The first batch's start kept beside a checkpoint (S1), None if there is none yet."""
+    if path is None:
+        return None
+    try:
+        return batch_plan.decode(json.loads(Path(path).read_text()))
+    except FileNotFoundError:
+        return None

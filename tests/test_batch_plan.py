@@ -1,0 +1,75 @@
+"""The stream's batch planning (rules/batch_plan): admission and task-slot ranges, invariants P1-P4."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mirrorflow.rules import batch_plan
+from mirrorflow.rules.batch_plan import Range
+
+A0, A1, B0 = ("a", 0), ("a", 1), ("b", 0)
+
+
+def test_a_batch_reads_everything_available_when_under_the_cap() -> None:
+    assert batch_plan.admit({A0: 5, A1: 0}, {A0: 10, A1: 3}, {}, 100) == {A0: 10, A1: 3}
+
+
+def test_the_cap_is_shared_in_proportion_to_each_partitions_backlog() -> None:
+    end = batch_plan.admit({A0: 0, A1: 0, B0: 0}, {A0: 900, A1: 100, B0: 0}, {}, 100)
+    assert end == {A0: 90, A1: 10, B0: 0}
+
+
+def test_a_small_backlog_still_moves_under_a_large_one() -> None:
+    end = batch_plan.admit({A0: 0, A1: 0}, {A0: 1_000_000, A1: 1}, {}, 10)
+    assert end[A1] == 1 and end[A0] <= 10
+
+
+def test_a_new_partition_ends_its_first_batch_at_its_log_start() -> None:
+    assert batch_plan.admit({A0: 5}, {A0: 5, B0: 700}, {B0: 300}, None) == {A0: 5, B0: 300}
+
+
+def test_offsets_that_went_backwards_stay_where_they_were() -> None:
+    assert batch_plan.admit({A0: 50}, {A0: 10}, {}, None) == {A0: 50}
+
+
+def test_ranges_cover_each_partition_once_and_skip_empty_ones() -> None:
+    slots = batch_plan.slot_ranges({A0: 0, A1: 5, B0: 7}, {A0: 10, A1: 5, B0: 9}, 4)
+    assert sorted(r for rs in slots for r in rs) == sorted([Range("a", 0, 0, 10), Range("b", 0, 7, 9)])
+    assert len(slots) == 2
+
+
+def test_a_partition_new_in_the_end_offsets_gets_no_range() -> None:
+    assert batch_plan.slot_ranges({A0: 0}, {A0: 3, B0: 40}, 2) == [[Range("a", 0, 0, 3)]]
+
+
+@given(st.dictionaries(st.tuples(st.sampled_from("abcd"), st.integers(0, 30)), st.tuples(
+    st.integers(0, 10_000), st.integers(0, 10_000)), max_size=60), st.integers(1, 8), st.integers(1, 50_000))
+def test_admission_and_planning_keep_p1_and_p3(parts: dict[tuple[str, int], tuple[int, int]], slots: int,
+                                               cap: int) -> None:
+    start = {tp: min(a, b) for tp, (a, b) in parts.items()}
+    latest = {tp: max(a, b) for tp, (a, b) in parts.items()}
+    end = batch_plan.admit(start, latest, {}, cap)
+    assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)  # P1
+    backlogged = sum(1 for tp in start if latest[tp] > start[tp])
+    assert sum(end[tp] - start[tp] for tp in start) <= cap + backlogged
+    assert all(end[tp] > start[tp] for tp in start if latest[tp] > start[tp])
+    planned = batch_plan.slot_ranges(start, end, slots)
+    assert planned == batch_plan.slot_ranges(dict(reversed(start.items())), dict(reversed(end.items())), slots)  # P3
+    ranges = [r for rs in planned for r in rs]
+    assert len(planned) <= slots
+    assert sorted((r.topic, r.partition) for r in ranges) == sorted(tp for tp in start if end[tp] > start[tp])
+    assert all(r.from_offset == start[(r.topic, r.partition)] and r.until_offset == end[(r.topic, r.partition)]
+               for r in ranges)
+    loads = [sum(r.records for r in rs) for rs in planned]
+    if loads:
+        assert max(loads) - min(loads) <= max(r.records for r in ranges)  # balanced within one range
+
+
+def test_offsets_encode_sorted_so_that_equal_offsets_compare_equal_as_text() -> None:
+    one = batch_plan.encode({("b", 10): 1, ("a", 2): 5, ("a", 10): 7})
+    other = batch_plan.encode({("a", 10): 7, ("b", 10): 1, ("a", 2): 5})
+    assert json.dumps(one) == json.dumps(other) == '{"a": {"2": 5, "10": 7}, "b": {"10": 1}}'
+    assert batch_plan.decode(json.loads(json.dumps(one))) == {("b", 10): 1, ("a", 2): 5, ("a", 10): 7}
