@@ -350,7 +350,6 @@ def test_the_copiers_python_record_digest_equals_sparks_on_every_kind_of_record(
     import random
 
     import numpy as np
-
     from mirrorflow.rules import digests, record_digest
 
     rng = random.Random(7)

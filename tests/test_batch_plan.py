@@ -6,7 +6,6 @@ import json
 
 from hypothesis import given
 from hypothesis import strategies as st
-
 from mirrorflow.rules import batch_plan
 from mirrorflow.rules.batch_plan import Range
 
