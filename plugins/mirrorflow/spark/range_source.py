@@ -11,6 +11,8 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
 
   S1  The first batch's start is resolved once and kept beside the checkpoint (`initial_path`): a first batch
       replayed after a crash starts where it did, even from "latest".
+  S2  A source that does not answer holds the next batch back (latestOffset returns its start), it does not fail
+      the query: the stream waits out a link cut, and resumes when the source answers.
 
 Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
 The plan holds the source's admin settings (secrets: never printed); the reader opens its admin client lazily.
@@ -19,6 +21,7 @@ The plan holds the source's admin settings (secrets: never printed); the reader 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import time
@@ -27,14 +30,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import IsolationLevel
+from confluent_kafka import IsolationLevel, KafkaException
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 
+from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync
 from mirrorflow.rules import batch_plan
 from mirrorflow.rules.batch_plan import Range
+
+log = logging.getLogger(__name__)
 
 METADATA_REFRESH_S = 3.0  # how soon a new source topic or partition is planned
 NAME = "mirrorflow_ranges"
@@ -92,9 +98,10 @@ class RangeReader(DataSourceStreamReader):
         self._admin: AdminClient | None = None
         self._counts: dict[str, int] = {}
         self._counts_at = float("-inf")
+        self._warned_until = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf")}
+        return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"), "_warned_until": 0.0}
 
     @property
     def admin(self) -> AdminClient:
@@ -145,13 +152,22 @@ class RangeReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
         begun = batch_plan.decode(start)
-        tps = self._partitions()
-        answered = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
-        present = set(tps)
-        # A partition without a leader just now stays where it is; one whose topic is gone drops out.
-        latest = {**{tp: o for tp, o in begun.items() if tp in present}, **answered}
-        new = [tp for tp in latest if tp not in begun]
-        log_starts = self._offsets(new, OffsetSpec.earliest(), within=10.0)  # type: ignore[no-untyped-call]
+        try:
+            tps = self._partitions()
+            answered = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
+            present = set(tps)
+            # A partition without a leader just now stays where it is; one whose topic is gone drops out.
+            latest = {**{tp: o for tp, o in begun.items() if tp in present}, **answered}
+            new = [tp for tp in latest if tp not in begun]
+            log_starts = self._offsets(new, OffsetSpec.earliest(), within=10.0)  # type: ignore[no-untyped-call]
+        except (OperationalError, KafkaException) as exc:
+            # S2: the source unreachable is no failure of the query: no new batch until it answers (the driver's
+            # health and lag say the source is unreachable), as Spark's Kafka source waits.
+            if time.monotonic() >= self._warned_until:
+                self._warned_until = time.monotonic() + 60
+                log.warning("flow %s: the source's end offsets cannot be read (%s); no new batch until they can",
+                            self.plan.flow, exc)
+            return start
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return batch_plan.encode(batch_plan.admit(begun, latest, log_starts, cap))
 
