@@ -37,11 +37,13 @@ log = logging.getLogger(__name__)
 
 STALL_S = 120.0  # as long as Spark's Kafka source waits for a poll (spark.network.timeout)
 _CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at once
-_CONSUME_WAIT_S = 0.2
+_CONSUME_WAIT_S = 0.01  # consume() waits this long to fill its batch: a nearly-done range must not wait
 
 # Tuning the source's `consumer.*` settings may change; C1-C2 rest on the fixed ones.
+# A range ends where the batch does, and what librdkafka prefetches past it is dropped when the partition is
+# unassigned: `queued.min.messages` (100,000 per partition by default) keeps that to a few fetches.
 _CONSUMER_TUNING = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 1, "queued.max.messages.kbytes": 65_536,
-                    "fetch.message.max.bytes": 8_388_608}
+                    "queued.min.messages": 2_000, "fetch.message.max.bytes": 8_388_608}
 _CONSUMER_FIXED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
                    "enable.partition.eof": True}
 _CONSUMER_DROPPED = {"group.id", "group.instance.id", "isolation.level", "partition.assignment.strategy"}
