@@ -2,13 +2,15 @@
 
 Policy only, no I/O: the stream's source (spark/range_source) asks the clusters and calls these.
 
-  P1  `admit` never moves a partition backwards nor past its latest offset, and admits at most `max_records`
-      records in all plus one per partition with a backlog (each such partition moves: none starves).
+  P1  `admit` never moves a partition past its latest offset, and admits at most `max_records` records in all
+      plus one per partition with a backlog (each such partition moves: none starves). A partition whose latest
+      offset is below its start (the topic re-created or truncated) ends there: the driver sees offsets go back
+      in that batch, and no range is read for it.
   P2  A partition first seen after the query began (no start) ends its first batch at its log start: it is
       read from there on, the way Kafka's own source starts a new partition at its earliest offset.
   P3  `slot_ranges` is a pure function of (start, end, slots): a batch replayed from the offset log after a
-      crash is planned exactly as it was. Every partition with from < until lies in exactly one slot, and the
-      slots' record counts are balanced (largest range first onto the least-loaded slot).
+      crash is planned exactly as it was. Every partition with from < until lies in exactly one slot, and each
+      slot's records are within one range of an even share.
   P4  Offsets as JSON (`encode`) have their topics and partitions in sorted order: Spark compares them as text.
 """
 
@@ -48,7 +50,7 @@ def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int
         elif last > start[tp]:
             backlog[tp] = last - start[tp]
         else:
-            end[tp] = start[tp]  # nothing new, or offsets went backwards (re-created: the driver sees it)
+            end[tp] = last  # nothing new, or offsets went back (re-created, truncated): the batch shows the driver
     total = sum(backlog.values())
     for tp, size in backlog.items():
         if max_records is None or total <= max_records:
@@ -60,17 +62,20 @@ def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int
 
 
 def slot_ranges(start: Offsets, end: Offsets, slots: int) -> list[list[Range]]:
-    """The batch's ranges, one list per task slot in use (P3); slots without a range are left out."""
-    ranges = [Range(tp[0], tp[1], start[tp], until) for tp, until in end.items()
-              if tp in start and until > start[tp]]
-    ranges.sort(key=lambda r: (-r.records, r.topic, r.partition))
-    loads = [0] * max(1, slots)
-    out: list[list[Range]] = [[] for _ in loads]
+    """The batch's ranges, one list per task slot in use (P3): the ranges in (topic, partition) order, cut into
+    consecutive runs of about equal records (a range goes to the slot its middle record falls in), so that a
+    partition stays with the same slot from batch to batch while the load is even; slots without a range are
+    left out."""
+    ranges = sorted((Range(tp[0], tp[1], start[tp], until) for tp, until in end.items()
+                     if tp in start and until > start[tp]), key=lambda r: (r.topic, r.partition))
+    n = max(1, slots)
+    total = sum(r.records for r in ranges)
+    out: list[list[Range]] = [[] for _ in range(n)]
+    before = 0
     for r in ranges:
-        slot = min(range(len(loads)), key=lambda i: (loads[i], i))
-        loads[slot] += r.records
-        out[slot].append(r)
-    return [sorted(rs, key=lambda r: (r.topic, r.partition)) for rs in out if rs]
+        out[min(n - 1, (2 * before + r.records) * n // (2 * total))].append(r)
+        before += r.records
+    return [rs for rs in out if rs]
 
 
 def encode(offsets: Offsets) -> dict[str, dict[str, int]]:
