@@ -99,9 +99,11 @@ class RangeReader(DataSourceStreamReader):
         self._counts: dict[str, int] = {}
         self._counts_at = float("-inf")
         self._warned_until = 0.0
+        self._latest: dict[tuple[str, int], int] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"), "_warned_until": 0.0}
+        return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"), "_warned_until": 0.0,
+                "_latest": None}
 
     @property
     def admin(self) -> AdminClient:
@@ -168,12 +170,17 @@ class RangeReader(DataSourceStreamReader):
                 log.warning("flow %s: the source's end offsets cannot be read (%s); no new batch until they can",
                             self.plan.flow, exc)
             return start
+        self._latest = latest
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         return batch_plan.encode(batch_plan.admit(begun, latest, log_starts, cap))
 
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        """The source's end offsets as last read (the query's progress shows them: the driver's lag)."""
+        return batch_plan.encode(self._latest) if self._latest is not None else None
+
     def partitions(self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> list[SlotRanges]:
         slots = batch_plan.slot_ranges(batch_plan.decode(start), batch_plan.decode(end), self.plan.slots)
-        return [SlotRanges(ranges) for ranges in slots] or [SlotRanges([])]
+        return [SlotRanges(ranges) for ranges in slots]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int]]:
         assert isinstance(partition, SlotRanges)
