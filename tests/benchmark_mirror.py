@@ -348,7 +348,8 @@ def stream_status() -> dict[str, float]:
     except OSError:
         return {}
     return {"batches": s["batches"], "batch_ms": s["batch-ms-avg"], "batch_write_ms": s["batch-write-ms-avg"],
-            "batch_driver_ms": s["batch-driver-ms-avg"], "trigger_overhead_ms": s["trigger-overhead-ms-avg"]}
+            "batch_driver_ms": s["batch-driver-ms-avg"], "trigger_overhead_ms": s["trigger-overhead-ms-avg"],
+            "source_consumer_inits": s["source-consumer-inits"], "reading_tasks": s["reading-tasks"]}
 
 
 def run_mm2(jars: Path, work: Path, alias: str, topics: list[str], records: int, extra: str = "",

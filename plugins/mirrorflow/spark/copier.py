@@ -6,15 +6,19 @@ each range with a librdkafka consumer kept by the Python worker (connections, me
 from one micro-batch to the next) and hands runs of records to the stream writer, which produces them and yields
 one summary row per source partition. No record crosses into the JVM.
 
-  C1  A range is read from `from` to `until` (exclusive) and no further: records at or past `until` are left
-      for the next batch, and a partition is unassigned as soon as its range is done (a paused partition would
-      stay paused across assignments).
+  C1  A range is read from `from` to `until` (exclusive) and no further: records at or past `until` are held
+      for the next batch (C4), never handed to the writer of this one.
   C2  Records below the partition's log start are gone: the read goes on at the log start and the run's first
       offset shows the gap (the driver records it as a loss); `auto.offset.reset = error` makes librdkafka say
       so instead of jumping to the end.
   C3  A range that makes no progress for STALL_S fails the task (the query restarts from its checkpoint),
       naming the partitions.
-Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`.
+  C4  The partitions a task read stay assigned to its worker's consumer, which goes on prefetching them; the next
+      task of that worker keeps a partition only if its next record (held, or to be fetched) is exactly where
+      its new range starts, and assigns every other one afresh at its range's start (a paused one resumed
+      first: librdkafka keeps a partition paused across assignments).
+Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`,
+and it holds at most HELD_MAX records dequeued past its ranges' ends (then the partition is paused).
 """
 
 from __future__ import annotations
@@ -48,7 +52,8 @@ _CONSUMER_FIXED = {"enable.auto.commit": False, "enable.auto.offset.store": Fals
                    "enable.partition.eof": True}
 _CONSUMER_DROPPED = {"group.id", "group.instance.id", "isolation.level", "partition.assignment.strategy"}
 
-_CONSUMERS: dict[str, Consumer] = {}  # flow -> this worker's consumer (bound: the flows this worker copies)
+_READERS: dict[str, _Reader] = {}  # flow -> this worker's reader (bound: the flows this worker copies)
+HELD_MAX = 20_000  # records a worker holds past its ranges' ends, all partitions together
 cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses reach the driver: consumer_inits)
 
 
@@ -77,26 +82,83 @@ def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], batches: Iter
         yield summary
 
 
-def _consumer(spec: WriterSpec) -> Consumer:
-    consumer = _CONSUMERS.get(spec.flow)
-    if consumer is None:
+class _Reader:
+    """A worker's source consumer and what it keeps between tasks (C4): the partitions it read stay assigned, so
+    that a next batch continuing a partition finds its records fetched already."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self.consumer = consumer
+        # Bound: the partitions of this worker's last ranges. Each one's offset after the last record dequeued.
+        self.position: dict[tuple[str, int], int] = {}
+        self.held: dict[tuple[str, int], list[Message]] = {}  # dequeued past a range's end; bound: HELD_MAX in all
+        self.held_count = 0
+        self.paused: set[tuple[str, int]] = set()
+
+    def next_offset(self, tp: tuple[str, int]) -> int:
+        held = self.held.get(tp)
+        return held[0].offset() if held else self.position[tp]  # type: ignore[return-value]
+
+    def prepare(self, read: Mapping[tuple[str, int], Range]) -> None:
+        """Keep the partitions whose next record is where their range starts; assign the others there."""
+        keep = {tp for tp, r in read.items() if tp in self.position and self.next_offset(tp) == r.from_offset}
+        self.release([tp for tp in self.position if tp not in keep])
+        self._resume([tp for tp in keep if tp in self.paused])
+        new = [tp for tp in read if tp not in keep]
+        if new:
+            self.consumer.incremental_assign([TopicPartition(t, p, read[(t, p)].from_offset) for t, p in new])
+            for tp in new:
+                self.position[tp] = read[tp].from_offset
+
+    def release(self, tps: list[tuple[str, int]]) -> None:
+        if not tps:
+            return
+        self._resume([tp for tp in tps if tp in self.paused])  # a paused partition would stay paused when assigned
+        self.consumer.incremental_unassign([TopicPartition(*tp) for tp in tps])
+        for tp in tps:
+            self.position.pop(tp, None)
+            self.held_count -= len(self.held.pop(tp, ()))
+
+    def take_held(self, tps: list[tuple[str, int]]) -> list[Message]:
+        out: list[Message] = []
+        for tp in tps:
+            held = self.held.pop(tp, [])
+            self.held_count -= len(held)
+            out += held
+        return out
+
+    def hold(self, tp: tuple[str, int], m: Message) -> None:
+        self.held.setdefault(tp, []).append(m)
+        self.held_count += 1
+        if self.held_count >= HELD_MAX and tp not in self.paused:
+            self.consumer.pause([TopicPartition(*tp)])
+            self.paused.add(tp)
+
+    def _resume(self, tps: list[tuple[str, int]]) -> None:
+        if tps:
+            self.consumer.resume([TopicPartition(*tp) for tp in tps])
+            self.paused.difference_update(tps)
+
+
+def _reader(spec: WriterSpec) -> _Reader:
+    reader = _READERS.get(spec.flow)
+    if reader is None:
         cache_stats["misses"] += 1
-        consumer = Consumer(consumer_config(spec.source_consumer_settings, spec.flow, spec.reads_committed))
-        _CONSUMERS[spec.flow] = consumer
+        reader = _Reader(Consumer(consumer_config(spec.source_consumer_settings, spec.flow, spec.reads_committed)))
+        _READERS[spec.flow] = reader
     else:
         cache_stats["hits"] += 1
-    return consumer
+    return reader
 
 
-def _drop_consumer(flow: str) -> None:
-    consumer = _CONSUMERS.pop(flow, None)
-    if consumer is not None:
+def _drop_reader(flow: str) -> None:
+    reader = _READERS.pop(flow, None)
+    if reader is not None:
         with contextlib.suppress(KafkaException, RuntimeError):
-            consumer.close()
+            reader.consumer.close()
 
 
 def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, int], Run | PassedOver]]:
-    """The task's records as runs per partition, in offset order within each partition (C1-C3)."""
+    """The task's records as runs per partition, in offset order within each partition (C1-C4)."""
     read: dict[tuple[str, int], Range] = {}
     for r in ranges:
         tp = (r.topic, r.partition)
@@ -106,58 +168,66 @@ def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, in
             yield tp, PassedOver(r.from_offset, r.until_offset)
     if not read:
         return
-    consumer = _consumer(spec)
+    reader = _reader(spec)
     clean = False
     try:
-        consumer.incremental_assign([TopicPartition(t, p, r.from_offset) for (t, p), r in read.items()])
-        yield from _read(spec, consumer, read)
+        reader.prepare(read)
+        yield from _read(spec, reader, read)
         clean = True
     finally:
         if not clean:
-            _drop_consumer(spec.flow)  # its assignment and fetch state are unknown: the next task starts afresh
+            _drop_reader(spec.flow)  # its assignment and fetch state are unknown: the next task starts afresh
 
 
-def _read(spec: WriterSpec, consumer: Consumer, read: Mapping[tuple[str, int], Range]
+def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Range]
           ) -> Iterator[tuple[tuple[str, int], Run]]:
     until = {tp: r.until_offset for tp, r in read.items()}
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)
     progress = time.monotonic()
+    consumer, position = reader.consumer, reader.position
+    messages = reader.take_held(list(read))
     while open_:
-        messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
+        if not messages:
+            messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
         runs: dict[tuple[str, int], list[Message]] = {}
-        done: list[tuple[str, int]] = []
+        failed: list[tuple[str, int]] = []
         for m in messages:
             tp = (m.topic(), m.partition())
-            if tp not in open_:
-                continue
             err = m.error()
             if err is not None:
+                if tp not in open_:
+                    if tp in position and err.code() != KafkaError._PARTITION_EOF:
+                        failed.append(tp)  # assigned afresh by the task that next reads it
+                    continue
                 if err.code() == KafkaError._PARTITION_EOF:
                     if (m.offset() or 0) >= until[tp]:
                         open_.discard(tp)
-                        done.append(tp)
                     continue
                 if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    if _resume_at_log_start(spec, consumer, tp, until[tp]):
+                    if _resume_at_log_start(spec, reader, tp, until[tp]):
                         open_.discard(tp)
-                        done.append(tp)
                     continue
                 raise KafkaException(err)
             offset: int = m.offset()  # type: ignore[assignment]  # a record's offset is never None
+            if tp not in position:
+                continue  # a partition released since it was fetched
+            position[tp] = offset + 1
+            if tp not in open_:
+                reader.hold(tp, m)  # past its range's end (C1): the next batch's, if it continues here
+                continue
             if offset < expected[tp]:
                 continue  # below the range (C1): never handed to the writer
             if offset >= until[tp]:
                 open_.discard(tp)
-                done.append(tp)
+                reader.hold(tp, m)
                 continue
             runs.setdefault(tp, []).append(m)
             if offset == until[tp] - 1:
                 open_.discard(tp)
-                done.append(tp)
-        if done:
-            consumer.incremental_unassign([TopicPartition(t, p) for t, p in done])
-        if runs or done:
+        messages = []
+        reader.release(failed)
+        if runs:
             progress = time.monotonic()
         elif time.monotonic() - progress > STALL_S:
             waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
@@ -177,14 +247,16 @@ def _run(partition: int, ms: list[Message]) -> Run:
     return Run(offsets, keys, values, headers, stamps, digests)
 
 
-def _resume_at_log_start(spec: WriterSpec, consumer: Consumer, tp: tuple[str, int], until: int) -> bool:
+def _resume_at_log_start(spec: WriterSpec, reader: _Reader, tp: tuple[str, int], until: int) -> bool:
     """C2: the range's next records are below the log start: read on from there; True if nothing of the range is
     left (the driver sees the gap from the positions and the log start)."""
+    consumer = reader.consumer
     low, _high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+    reader.release([tp])
     if low >= until:
-        return True  # unassigned with the task's other finished partitions
-    consumer.incremental_unassign([TopicPartition(*tp)])
+        return True
     log.info("flow %s: %s-%d: records below offset %d are gone from %s; reading on from there", spec.flow, *tp, low,
              spec.source)
     consumer.incremental_assign([TopicPartition(tp[0], tp[1], low)])
+    reader.position[tp] = low
     return False
