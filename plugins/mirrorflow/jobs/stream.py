@@ -907,13 +907,14 @@ class _Driver:
                 resumed = first_read.get(tp, end)  # no record read: the batch ends where the partition resumes
                 if resumed > position:  # a gap: transaction markers, compaction or deleted records
                     gaps[tp] = (position, resumed)
-        if not gaps:
-            return []
         starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, list(gaps),
-                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        out = []
-        for tp, (position, resumed) in sorted(gaps.items()):
-            end = min(resumed, starts[tp])
+                                    OffsetSpec.earliest()) if gaps else {}  # type: ignore[no-untyped-call]
+        lost = [(tp, position, min(resumed, starts[tp])) for tp, (position, resumed) in sorted(gaps.items())]
+        # Records deleted while a task read its range (the copier saw the log start pass it): exact ranges.
+        lost += [((r["topic"], r["partition"]), b, e) for r in rows if r["topic"] in replicated
+                 for b, e in zip(r["gap_begins"], r["gap_ends"], strict=True)]
+        out: list[Loss] = []
+        for tp, position, end in lost:
             if end <= position:
                 continue
             if self.flow.data_loss_fails.selects(tp[0]):  # deleted after _refuse_loss looked
@@ -926,7 +927,7 @@ class _Driver:
                         _loss_line(self.flow, tp, position, end), end)
             self.losses[tp] = loss
             self.metrics.observe_loss(tp, end - position)
-            out.append(loss)
+            out = [o for o in out if (o.topic, o.partition) != tp] + [loss]
         return out
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],

@@ -8,17 +8,20 @@ one summary row per source partition. No record crosses into the JVM.
 
   C1  A range is read from `from` to `until` (exclusive) and no further: records at or past `until` are held
       for the next batch (C4), never handed to the writer of this one.
-  C2  Records below the partition's log start are gone: the read goes on at the log start and the run's first
-      offset shows the gap (the driver records it as a loss); `auto.offset.reset = error` makes librdkafka say
-      so instead of jumping to the end.
+  C2  Records below the partition's log start are gone: the read goes on at the log start; `auto.offset.reset =
+      error` makes librdkafka say so instead of jumping to the end. A gap at a range's start shows in the run's
+      first offset, one inside a range (retention while it is read) as a Gap in the summary: the driver records
+      both as lost.
   C3  A range that makes no progress for STALL_S fails the task (the query restarts from its checkpoint),
       naming the partitions.
   C4  The partitions a task read stay assigned to its worker's consumer, which goes on prefetching them; the next
       task of that worker keeps a partition only if its next record (held, or to be fetched) is exactly where
       its new range starts, and assigns every other one afresh at its range's start (a paused one resumed
       first: librdkafka keeps a partition paused across assignments).
-Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`,
-and it holds at most HELD_MAX records dequeued past its ranges' ends (then the partition is paused).
+  C5  An end-of-partition event at or past a range's end closes it: every record below was dequeued (a range of
+      transaction markers only has no record to wait for).
+Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
+a partition is paused once HELD_MAX records are held past the ranges' ends (what was queued by then is held too).
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ import numpy as np
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from mirrorflow.errors import MirrorError
 from mirrorflow.rules import record_digest
 from mirrorflow.rules.batch_plan import Range
-from mirrorflow.spark.stream_writer import PassedOver, Run, WriterSpec, mirror_runs
+from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, WriterSpec, mirror_runs
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +90,17 @@ class _Reader:
     """A worker's source consumer and what it keeps between tasks (C4): the partitions it read stay assigned, so
     that a next batch continuing a partition finds its records fetched already."""
 
-    def __init__(self, consumer: Consumer) -> None:
+    def __init__(self, consumer: Consumer, epoch: int) -> None:
         self.consumer = consumer
+        self.epoch = epoch  # the driver's fencing it serves: a new query (restart, new checkpoint) starts afresh
         # Bound: the partitions of this worker's last ranges. Each one's offset after the last record dequeued.
         self.position: dict[tuple[str, int], int] = {}
         self.held: dict[tuple[str, int], list[Message]] = {}  # dequeued past a range's end; bound: HELD_MAX in all
         self.held_count = 0
         self.paused: set[tuple[str, int]] = set()
+        # Each assigned partition's end as its last end-of-partition event said: every record below it was
+        # dequeued. An event is sent once per end, so it is kept for a next range of only markers (C5).
+        self.eof: dict[tuple[str, int], int] = {}
 
     def next_offset(self, tp: tuple[str, int]) -> int:
         held = self.held.get(tp)
@@ -108,6 +116,7 @@ class _Reader:
             self.consumer.incremental_assign([TopicPartition(t, p, read[(t, p)].from_offset) for t, p in new])
             for tp in new:
                 self.position[tp] = read[tp].from_offset
+                self.eof.pop(tp, None)
 
     def release(self, tps: list[tuple[str, int]]) -> None:
         if not tps:
@@ -116,6 +125,7 @@ class _Reader:
         self.consumer.incremental_unassign([TopicPartition(*tp) for tp in tps])
         for tp in tps:
             self.position.pop(tp, None)
+            self.eof.pop(tp, None)
             self.held_count -= len(self.held.pop(tp, ()))
 
     def take_held(self, tps: list[tuple[str, int]]) -> list[Message]:
@@ -141,10 +151,13 @@ class _Reader:
 
 def _reader(spec: WriterSpec) -> _Reader:
     reader = _READERS.get(spec.flow)
+    if reader is not None and reader.epoch != spec.fenced:
+        _drop_reader(spec.flow)
+        reader = None
     if reader is None:
         cache_stats["misses"] += 1
-        reader = _Reader(Consumer(consumer_config(spec.source_consumer_settings, spec.flow, spec.reads_committed)))
-        _READERS[spec.flow] = reader
+        consumer = Consumer(consumer_config(spec.source_consumer_settings, spec.flow, spec.reads_committed))
+        reader = _READERS[spec.flow] = _Reader(consumer, spec.fenced)
     else:
         cache_stats["hits"] += 1
     return reader
@@ -157,7 +170,7 @@ def _drop_reader(flow: str) -> None:
             reader.consumer.close()
 
 
-def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, int], Run | PassedOver]]:
+def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, int], Run | PassedOver | Gap]]:
     """The task's records as runs per partition, in offset order within each partition (C1-C4)."""
     read: dict[tuple[str, int], Range] = {}
     for r in ranges:
@@ -180,32 +193,39 @@ def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, in
 
 
 def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Range]
-          ) -> Iterator[tuple[tuple[str, int], Run]]:
+          ) -> Iterator[tuple[tuple[str, int], Run | Gap]]:
     until = {tp: r.until_offset for tp, r in read.items()}
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)
     progress = time.monotonic()
-    consumer, position = reader.consumer, reader.position
+    consumer, position, eof = reader.consumer, reader.position, reader.eof
     messages = reader.take_held(list(read))
+    first = True
     while open_:
-        if not messages:
+        if not messages and not first:
             messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
         runs: dict[tuple[str, int], list[Message]] = {}
-        failed: list[tuple[str, int]] = []
+        failed: set[tuple[str, int]] = set()
+        gaps: list[tuple[tuple[str, int], Gap]] = []
         for m in messages:
             tp = (m.topic(), m.partition())
             err = m.error()
             if err is not None:
-                if tp not in open_:
-                    if tp in position and err.code() != KafkaError._PARTITION_EOF:
-                        failed.append(tp)  # assigned afresh by the task that next reads it
-                    continue
                 if err.code() == KafkaError._PARTITION_EOF:
-                    if (m.offset() or 0) >= until[tp]:
+                    if tp in position:
+                        eof[tp] = m.offset() or 0
+                    if tp in open_ and eof.get(tp, 0) >= until[tp]:
                         open_.discard(tp)
                     continue
+                if tp not in open_:
+                    if tp in position:
+                        failed.add(tp)  # assigned afresh by the task that next reads it
+                    continue
                 if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    if _resume_at_log_start(spec, reader, tp, until[tp]):
+                    done, gap = _resume_at_log_start(spec, reader, tp, read[tp])
+                    if gap is not None:
+                        gaps.append((tp, gap))
+                    if done:
                         open_.discard(tp)
                     continue
                 raise KafkaException(err)
@@ -225,38 +245,65 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
             runs.setdefault(tp, []).append(m)
             if offset == until[tp] - 1:
                 open_.discard(tp)
+        if first:  # C5: a kept partition whose last end event is past its range has nothing more to read
+            open_.difference_update([tp for tp in open_ if eof.get(tp, -1) >= until[tp]])
+            first = False
         messages = []
-        reader.release(failed)
-        if runs:
-            progress = time.monotonic()
-        elif time.monotonic() - progress > STALL_S:
+        reader.release(sorted(failed))
+        if not runs and time.monotonic() - progress > STALL_S:
             waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
             raise RuntimeError(f"flow {spec.flow}: no record of {spec.source} partition(s) {waiting} within "
                                f"{STALL_S:.0f} s although the batch's end offsets are past their positions")
         for tp, ms in runs.items():
-            yield tp, _run(tp[1], ms)
+            yield tp, _run(spec, tp, ms)
+        yield from gaps
+        if runs:
+            progress = time.monotonic()  # after the writer took them: its waits are not the source's
 
 
-def _run(partition: int, ms: list[Message]) -> Run:
+def _run(spec: WriterSpec, tp: tuple[str, int], ms: list[Message]) -> Run:
+    partition = tp[1]
     offsets: list[int] = [m.offset() for m in ms]  # type: ignore[misc]
     keys: list[bytes | None] = [m.key() for m in ms]
     values: list[bytes | None] = [m.value() for m in ms]
-    headers: list[list[tuple[str, bytes | None]] | None] = [m.headers() for m in ms]  # type: ignore[misc]
+    try:
+        headers: list[list[tuple[str, bytes | None]] | None] = [m.headers() for m in ms]  # type: ignore[misc]
+    except UnicodeDecodeError:
+        bad = next(m for m in ms if _undecodable_headers(m))
+        raise MirrorError(f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {partition} offset {bad.offset()}: "
+                          "a header key is not UTF-8, which the copier's client cannot read; the flow stops before "
+                          "it (move the topic's records past it with mirrorflow reset, or exclude the topic)") from None
     stamps = np.fromiter((m.timestamp()[1] for m in ms), dtype=np.int64, count=len(ms))
     digests = record_digest.digests_of(partition, np.array(offsets, dtype=np.int64), keys, values, headers, stamps)
     return Run(offsets, keys, values, headers, stamps, digests)
 
 
-def _resume_at_log_start(spec: WriterSpec, reader: _Reader, tp: tuple[str, int], until: int) -> bool:
-    """C2: the range's next records are below the log start: read on from there; True if nothing of the range is
-    left (the driver sees the gap from the positions and the log start)."""
-    consumer = reader.consumer
-    low, _high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
-    reader.release([tp])
-    if low >= until:
+def _undecodable_headers(m: Message) -> bool:
+    try:
+        m.headers()
+    except UnicodeDecodeError:
         return True
-    log.info("flow %s: %s-%d: records below offset %d are gone from %s; reading on from there", spec.flow, *tp, low,
-             spec.source)
+    return False
+
+
+def _resume_at_log_start(spec: WriterSpec, reader: _Reader, tp: tuple[str, int], r: Range
+                         ) -> tuple[bool, Gap | None]:
+    """C2: the range's next records are below the log start: read on from there. Returns whether nothing of the
+    range is left, and the records lost inside the range (None when the gap is at its start: the driver sees that
+    one from the positions and the log start). A range starting past the log's end (truncated, or re-created)
+    fails the task at once: the restarted query finds out which."""
+    consumer = reader.consumer
+    low, high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
+    reached = reader.position.get(tp, r.from_offset)
+    reader.release([tp])
+    gap = Gap(reached, min(low, r.until_offset)) if r.from_offset < reached < low else None
+    if low >= r.until_offset:
+        return True, gap
+    if high < r.from_offset:
+        raise RuntimeError(f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} ends at {high}, below the "
+                           f"batch's range from {r.from_offset}: truncated or re-created since the batch was planned")
+    log.warning("flow %s: %s-%d: records below offset %d are gone from %s (retention, deleteRecords); reading on "
+                "from there", spec.flow, *tp, low, spec.source)
     consumer.incremental_assign([TopicPartition(tp[0], tp[1], low)])
     reader.position[tp] = low
-    return False
+    return False, gap

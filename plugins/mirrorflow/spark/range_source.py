@@ -1,8 +1,8 @@
 """The stream's Spark source: it says where each micro-batch ends, per source partition; it reads no record.
 
 A PySpark Python data source (`pyspark.sql.datasource`). Its offsets are Kafka's source offsets in the same JSON
-({topic: {partition: offset}}, sorted: batch_plan P4), so the offset log reads as before (spark/offset_log), and a
-checkpoint of Spark's Kafka source carries on. `latestOffset` runs in the long-lived Python process Spark starts for
+({topic: {partition: offset}}, sorted: batch_plan P4), so the offset log reads as before (spark/offset_log).
+`latestOffset` runs in the long-lived Python process Spark starts for
 the source, beside the driver: one metadata request every METADATA_REFRESH_S and one ListOffsets round trip per
 broker per trigger (the last stable offset when the flow reads committed records); admission control caps a batch
 at the flow's records per batch (batch_plan.admit). The driver cuts each batch into ranges per task slot and the
@@ -13,6 +13,8 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
       replayed after a crash starts where it did, even from "latest".
   S2  A source that does not answer holds the next batch back (latestOffset returns its start), it does not fail
       the query: the stream waits out a link cut, and resumes when the source answers.
+  S3  A topic leaves the offsets only when two metadata answers in a row lack it; a new partition joins them only
+      once its log start is known.
 
 Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
 The plan holds the source's admin settings (secrets: never printed); the reader opens its admin client lazily.
@@ -100,10 +102,11 @@ class RangeReader(DataSourceStreamReader):
         self._counts_at = float("-inf")
         self._warned_until = 0.0
         self._latest: dict[tuple[str, int], int] | None = None
+        self._missing_once: set[str] = set()
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"), "_warned_until": 0.0,
-                "_latest": None}
+                "_latest": None, "_missing_once": set()}
 
     @property
     def admin(self) -> AdminClient:
@@ -116,7 +119,12 @@ class RangeReader(DataSourceStreamReader):
         if time.monotonic() - self._counts_at >= METADATA_REFRESH_S:
             counts, _ = admin_sync.partition_counts(self.admin, self.plan.source)
             matches = re.compile(self.plan.pattern).fullmatch
-            self._counts = {t: n for t, n in counts.items() if matches(t)}
+            found = {t: n for t, n in counts.items() if matches(t)}
+            # S3: a topic drops out when two answers in a row lack it (one answer may miss a topic with an error).
+            missing = set(self._counts) - set(found)
+            kept = {t: self._counts[t] for t in missing - self._missing_once}
+            self._missing_once = missing
+            self._counts = {**kept, **found}
             self._counts_at = time.monotonic()
         return [(t, p) for t, n in sorted(self._counts.items()) for p in range(n)]
 
@@ -162,6 +170,8 @@ class RangeReader(DataSourceStreamReader):
             latest = {**{tp: o for tp, o in begun.items() if tp in present}, **answered}
             new = [tp for tp in latest if tp not in begun]
             log_starts = self._offsets(new, OffsetSpec.earliest(), within=10.0)  # type: ignore[no-untyped-call]
+            # A new partition whose log start did not answer waits for the next trigger (P2 needs its log start).
+            latest = {tp: o for tp, o in latest.items() if tp in begun or tp in log_starts}
         except (OperationalError, KafkaException) as exc:
             # S2: the source unreachable is no failure of the query: no new batch until it answers (the driver's
             # health and lag say the source is unreachable), as Spark's Kafka source waits.

@@ -82,7 +82,8 @@ SUMMARY = pa.schema([
     ("producer_inits", pa.int64()), ("consumer_inits", pa.int64()), ("consumer_uses", pa.int64()),
     ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
     ("digest_refused", pa.list_(pa.int64())), ("digest_xors", pa.list_(pa.int64())),
-    ("digest_target_firsts", pa.list_(pa.int64())),
+    ("digest_target_firsts", pa.list_(pa.int64())), ("gap_begins", pa.list_(pa.int64())),
+    ("gap_ends", pa.list_(pa.int64())),
 ])
 SUMMARY_DDL = ddl(SUMMARY)
 # Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
@@ -162,6 +163,15 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Gap:
+    """Source offsets [begin, end) inside a range the task read that the source deleted before they were read
+    (retention while the batch ran): the driver records them as lost."""
+
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
 class PassedOver:
     """Source offsets [from_offset, until_offset) of a partition the task does not read: its topic is not
     replicated (held, or only matched by the subscription pattern) or the partition is paused."""
@@ -176,7 +186,7 @@ def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> It
     yield from mirror_runs(spec, (run for batch in batches for run in _by_partition(batch)))
 
 
-def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver]]
+def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap]]
                 ) -> Iterator[pa.RecordBatch]:
     """Mirror a task's runs of records (a partition's runs in offset order), then yield one summary row per source
     partition."""
@@ -200,6 +210,8 @@ def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | Pas
                 write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted)
             if isinstance(part, PassedOver):
                 write.pass_over(part)
+            elif isinstance(part, Gap):
+                write.summary.gaps.append((part.begin, part.end))
             else:
                 write.write(part)
         rows = []
@@ -344,6 +356,7 @@ class _Summary:
         self.cells: dict[int, list[int]] = {}  # cell -> [records, refused, xor] of the batch (digests.py)
         self.latencies: list[int] = []  # ms from each record's timestamp to its acknowledgement, folded at row()
         self.pairs: tuple[list[int], list[int]] = ([], [])  # the write's upstream offsets and their acknowledgements
+        self.gaps: list[tuple[int, int]] = []  # [begin, end) deleted inside the ranges read (Gap)
 
     def row(self) -> dict[str, Any]:
         self.latency.add_many(self.latencies)
@@ -368,6 +381,7 @@ class _Summary:
             "digest_cells": cells, "digest_records": [self.cells[c][0] for c in cells],
             "digest_refused": [self.cells[c][1] for c in cells], "digest_xors": [self.cells[c][2] for c in cells],
             "digest_target_firsts": [firsts.get(c) for c in cells],
+            "gap_begins": [b for b, _ in self.gaps], "gap_ends": [e for _, e in self.gaps],
         }
 
     def digest(self, offsets: np.ndarray, record_digests: np.ndarray, refused: list[tuple[int, int]]) -> None:

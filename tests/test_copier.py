@@ -1,0 +1,74 @@
+"""The copier's reads (spark/copier) against a real broker, in this process: the edges a whole stream rarely meets
+on cue (records deleted while a range is read, a range of transaction markers only)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from mirrorflow.kafka.link import FlowLink
+from mirrorflow.model import config
+from mirrorflow.rules.batch_plan import Range
+from mirrorflow.spark import copier
+from mirrorflow.spark.stream_writer import Gap, Run, WriterSpec
+from support.clusters import PORTS
+from support.streams import QUIET, create_topic
+
+pytestmark = pytest.mark.kafka
+
+ALPHA = f"127.0.0.1:{PORTS['alpha']}"
+# Small fetches, so that a range is read in many round trips and the test can act between two of them.
+SLOW = {"fetch.max.bytes": 20_000, "max.partition.fetch.bytes": 20_000, "queued.min.messages": 100,
+        "queued.max.messages.kbytes": 64}
+
+
+@pytest.fixture
+def spec(local_clusters: config.MirrorConfig) -> Iterator[WriterSpec]:
+    link = FlowLink.of(local_clusters, "alpha->beta")
+    made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in ("copier.gap", "copier.markers")}, upstream_next={},
+                         ends={}, downstream_next={},
+                         source_consumer_settings={**link.settings("source", "consumer"), **SLOW})
+    yield made
+    copier._drop_reader(made.flow)
+
+
+def test_records_deleted_while_a_range_is_read_come_back_as_a_gap_and_the_rest_is_read(spec: WriterSpec) -> None:
+    create_topic(ALPHA, "copier.gap", 1)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 20, **QUIET})
+    for i in range(20_000):
+        p.produce("copier.gap", f"r{i:05d}".encode() * 20, partition=0)
+    assert p.flush(30) == 0
+    parts = copier._runs(spec, [Range("copier.gap", 0, 0, 20_000)])
+    first = next(parts)
+    assert isinstance(first[1], Run) and first[1].offsets[0] == 0
+    admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
+    admin.delete_records([TopicPartition("copier.gap", 0, 15_000)])[TopicPartition("copier.gap", 0, 15_000)].result(30)
+    rest = list(parts)
+    gaps = [g for _, g in rest if isinstance(g, Gap)]
+    read = [*first[1].offsets, *(o for _, r in rest if isinstance(r, Run) for o in r.offsets)]
+    assert len(gaps) == 1 and 0 < gaps[0].begin < gaps[0].end == 15_000, gaps
+    assert read == [*range(gaps[0].begin), *range(15_000, 20_000)]  # in order, nothing past the range's end
+
+
+def test_a_range_of_transaction_markers_only_ends_at_once_on_a_kept_partition(spec: WriterSpec) -> None:
+    create_topic(ALPHA, "copier.markers", 2)
+    txn = Producer({"bootstrap.servers": ALPHA, "transactional.id": "copier-markers", **QUIET})
+    txn.init_transactions(30)
+    txn.begin_transaction()
+    for i in range(10):
+        txn.produce("copier.markers", b"t%d" % i, partition=0)
+    txn.commit_transaction(30)  # partition 0: records 0-9, the commit marker at 10
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 20, **QUIET})
+    for i in range(5_000):
+        p.produce("copier.markers", f"p{i:05d}".encode() * 20, partition=1)
+    assert p.flush(30) == 0
+    # Partition 0's range ends before its marker; partition 1's long one keeps the task reading meanwhile, so the
+    # end-of-partition event past the marker arrives during this task.
+    first = list(copier._runs(spec, [Range("copier.markers", 0, 0, 10), Range("copier.markers", 1, 0, 5_000)]))
+    assert sum(len(r.offsets) for tp, r in first if tp[1] == 0 and isinstance(r, Run)) == 10
+    began = time.monotonic()
+    second = list(copier._runs(spec, [Range("copier.markers", 0, 10, 11)]))
+    assert second == [] and time.monotonic() - began < 10  # kept (next offset 10), closed by the event: no stall
