@@ -143,7 +143,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each named process tree; a mirror's tree is split into its JVM
-    (`{name} JVM`) and everything else (`{name} Python`: the driver, the daemon and its forked workers)."""
+    (`{name} JVM`), its root (`{name} Python driver`) and every other process (`{name} Python workers`: Spark's
+    Python daemon and its forked workers, the data source's planner)."""
     children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -161,7 +162,8 @@ def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
             if name == "mirror":
                 with contextlib.suppress(OSError):
                     exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-                    kind = "mirror JVM" if exe.endswith(b"java") else "mirror Python"
+                    kind = ("mirror JVM" if exe.endswith(b"java") else
+                            "mirror Python driver" if pid == root else "mirror Python workers")
             used[kind] = used.get(kind, 0.0) + ticks.get(pid, 0) / CLOCK_TICKS
             todo.extend(children.get(pid, []))
     return used
@@ -528,7 +530,7 @@ def table(limit: dict[str, float], runs: list[Run], audit: dict[str, Any] | None
 def cpu_table(runs: list[Run]) -> str:
     """CPU milliseconds per 1,000 records copied, per process tree, while each mirror copied its backlog; all of it
     over the copy's seconds is how many of the machine's cores were busy."""
-    kinds = ("mirror JVM", "mirror Python", "source broker", "target broker")
+    kinds = ("mirror JVM", "mirror Python driver", "mirror Python workers", "source broker", "target broker")
     rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy | "
             "bytes on the target's disk per record |",
             "|---|---|" + "---:|" * (len(kinds) + 2)]

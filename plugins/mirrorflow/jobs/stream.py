@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
 _RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirrorflow reset` it starts after
+_LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                             "FileSystemBasedCheckpointFileManager")
 _INITIAL_OFFSETS = "mirrorflow-initial-offsets.json"  # in the Spark checkpoint: its first batch's start (S1)
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
@@ -187,7 +189,7 @@ class _Driver:
                 log.error("flow %s: cannot serve metrics on %s:%s (%s); mirroring without them",
                           self.flow.name, host, port, exc)
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
-                                         self.options.driver_memory)
+                                         self.options.driver_memory, records_in_jvm=False)
         self.metrics.spark_ui = self.spark.sparkContext.uiWebUrl
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
         mode = ("exactly-once" if self.link.exactly_once else
@@ -593,6 +595,10 @@ class _Driver:
             starting=starting if starting in ("earliest", "latest") else json.loads(starting),
             initial_path=str(self.checkpoint / _INITIAL_OFFSETS))
         self.spark.dataSource.register(range_source.source_class(plan))
+        # The checkpoint is a local directory: Spark's default manager renames through Hadoop's FileContext, which
+        # runs `readlink` in a new process per file (about 50 ms for each of a batch's two log entries); a plain
+        # rename is as atomic on a local file system.
+        self.spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", _LOCAL_CHECKPOINT_MANAGER)
         return (self.spark.readStream.format(range_source.NAME).load().writeStream
                 .queryName(f"mirrorflow_{self.flow.source}_{self.flow.target}")
                 .foreachBatch(self._batch)

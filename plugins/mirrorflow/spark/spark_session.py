@@ -53,8 +53,12 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") -> SparkSession:
-    """A session for one job; under spark-submit, the one spark-submit configured (master, jars)."""
+def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g", records_in_jvm: bool = True
+          ) -> SparkSession:
+    """A session for one job; under spark-submit, the one spark-submit configured (master, jars). Without
+    `records_in_jvm` (the stream: its records stay in the Python workers' librdkafka) a local JVM only plans and
+    schedules, and compiles with C1 alone: C2 compiling Spark's planner took about 60 % of the JVM's CPU in the
+    stream's first minute (per-thread CPU in the plain bench), for code that never runs a record."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     options = {"spark.ui.showConsoleProgress": "false",
                "spark.sql.shuffle.partitions": "2",
@@ -67,7 +71,8 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g") ->
                     "spark.driver.memory": driver_memory, "spark.ui.enabled": "false"}
         if master.startswith("local"):  # workers run this interpreter, so they can fork from a warm daemon
             options |= {"spark.python.daemon.module": "mirrorflow.spark.spark_daemon",
-                        "spark.driver.extraJavaOptions": spark_logs.LOG4J_OPTION}
+                        "spark.driver.extraJavaOptions": spark_logs.LOG4J_OPTION + (
+                            "" if records_in_jvm else " -XX:TieredStopAtLevel=1")}
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # else a warning per job on a loopback hostname
             _launch_jvm(options)
     builder = SparkSession.builder.appName(app_name)

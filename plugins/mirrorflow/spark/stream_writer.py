@@ -27,6 +27,8 @@ say so) and the driver writes them again at once, the stuck one paused.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import hashlib
 import logging
 import os
@@ -354,8 +356,10 @@ class _Summary:
         self.stuck: str | None = None  # why the target did not take the partition's records in time
         self.aborted = False  # transactional: rolled back with the task's transaction, for another partition
         self.cells: dict[int, list[int]] = {}  # cell -> [records, refused, xor] of the batch (digests.py)
-        self.latencies: list[int] = []  # ms from each record's timestamp to its acknowledgement, folded at row()
-        self.pairs: tuple[list[int], list[int]] = ([], [])  # the write's upstream offsets and their acknowledgements
+        # ms from a record's timestamp to its acknowledgement, folded at row(): every record's with exact delivery
+        # reports, else those of the reported records (_PartitionWrite: each run's last, each cell's first)
+        self.latencies: list[int] = []
+        self.target_firsts: dict[int, int] = {}  # cell -> the target offset of its first copy (set once settled)
         self.gaps: list[tuple[int, int]] = []  # [begin, end) deleted inside the ranges read (Gap)
 
     def row(self) -> dict[str, Any]:
@@ -363,7 +367,7 @@ class _Summary:
         self.latencies = []
         first, last = self.first, self.last
         cells = sorted(self.cells)
-        firsts = _target_firsts(*self.pairs)
+        firsts = self.target_firsts
         return {
             "topic": self.tp[0], "partition": self.tp[1], "first_offset": self.first_offset,
             "records": self.records, "bytes": self.bytes,
@@ -404,18 +408,18 @@ class _Summary:
         self.first_refused = None
         self.cells.clear()
         self.latencies = []
-
-
-def _target_firsts(written: list[int], acked: list[int]) -> dict[int, int]:
-    """Per cell of upstream offsets, the target offset of its first copy (written and acknowledged in order)."""
-    firsts: dict[int, int] = {}
-    for upstream, downstream in zip(written, acked, strict=False):
-        firsts.setdefault(upstream // digests.CELL, downstream)
-    return firsts
+        self.target_firsts = {}
 
 
 class _PartitionWrite:
-    """One source partition's records within one task: produced as they come, settled at the end."""
+    """One source partition's records within one task: produced as they come, settled at the end.
+
+    Delivery reports: `exact` (idempotent records, and a transactional batch replayed after a failure) asks one per
+    record; otherwise only the partition's first record in the task, the first of each digest cell and the last of
+    each run report (a per-record callback cost about a sixth of the copy's CPU). The transaction's commit then
+    acknowledges the rest: a record refused without a report fails the commit, the query restarts, and its replay
+    has exact reports to say which partition is stuck or which record the target refused.
+    """
 
     def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer,
                  committed: Position | None = None, halted: list[bool] | None = None) -> None:
@@ -430,22 +434,28 @@ class _PartitionWrite:
         if committed is not None and tp not in spec.unsynced and committed.upstream_next > self.upstream_next:
             self.upstream_next = committed.upstream_next
             self.downstream_next = -1 if committed.downstream_next is None else committed.downstream_next
+        self.exact = not spec.transactional or spec.replay or _task_attempt() > 0
         self.written: list[int] = []  # upstream offsets, in produce order
-        self.acked: list[int] = []  # downstream offsets, in delivery order (= produce order in a partition)
+        # Write index -> downstream offset of each reported record (exact: every one, in delivery order = produce
+        # order in a partition). Bound: the task's records (exact), else its runs plus its cells.
+        self.acked: dict[int, int] = {}
+        self.reports = 0  # delivery reports asked for
+        self.last_cell: int | None = None  # the digest cell of the last record written (its first is reported)
         # (error, key + value size, size with every header, index in write order)
         self.failures: list[tuple[KafkaError, int, int, int]] = []
         self.header_bytes: dict[int, int] = {}  # write index -> header bytes, for records of _LARGE_RECORD_BYTES
         self.sync_failures: list[str] = []  # the partition's offset-sync records the target did not take
-        self.summary.pairs = (self.written, self.acked)
 
-    def _delivered(self, err: KafkaError | None, msg: Any) -> None:
+    def _delivered(self, err: KafkaError | None, msg: Any, index: int | None = None) -> None:
+        """A delivery report: of the record at write `index`, or (exact) of the next one in write order."""
+        if index is None:
+            index = len(self.acked) + len(self.failures)
         if err is not None:
             size = len(msg.value() or b"") + len(msg.key() or b"")
-            index = len(self.acked) + len(self.failures)
             headers = self.header_bytes.get(index)
             self.failures.append((err, size, size if headers is None else size + headers, index))
             return
-        self.acked.append(msg.offset())
+        self.acked[index] = msg.offset()
         self.summary.latencies.append(int(time.time() * 1000) - msg.timestamp()[1])
 
     def pass_over(self, part: PassedOver) -> None:
@@ -457,71 +467,105 @@ class _PartitionWrite:
 
     def write(self, part: Run) -> None:
         summary, spec, remote = self.summary, self.spec, self.remote
-        topic, partition = self.tp
         _confirm_lease(spec)
         offsets = part.offsets
+        n = len(offsets)
         summary.upstream_next = offsets[-1] + 1
         if summary.first_offset is None:
             summary.first_offset = offsets[0]
         if remote is None:
-            summary.filtered += len(offsets)
+            summary.filtered += n
             return
         if self.halted[0]:
             return  # aborted with the task's transaction: written again by the next query
-        keys, values, headers = part.keys, part.values, part.headers
-        stamps = part.timestamps.tolist()
-        now = int(time.time() * 1000)
-        producer, delivered, written, target = self.producer, self._delivered, self.written, spec.target
-        refused: list[tuple[int, int]] = []  # (index in the run, offset)
-        passed: list[int] = []  # indexes of records not written (skipped or refused)
-        hop = provenance.prefix(spec.source, topic).replace(b"%", b"%%") + b"%d/%d"  # Provenance.encode(), faster
-        for i, offset in enumerate(offsets):
-            if i & 63 == 63:
-                _confirm_lease(spec)  # W1 between confirmations: at most 64 records (a cached answer: a clock read)
-            if offset < self.upstream_next:
-                summary.skipped += 1
-                passed.append(i)
-                continue
-            hdrs = headers[i]
-            if hdrs and provenance.returns_to(hdrs, target, remote):
-                if summary.first_refused is None:
-                    summary.first_refused = offset
-                summary.refused += 1
-                refused.append((i, offset))
-                passed.append(i)
-                continue
-            if spec.provenance:
-                hdrs = [*(hdrs or ()), (provenance.HEADER, hop % (partition, offset))]
-            key, value, ts = keys[i], values[i], stamps[i]
-            try:
-                _produce(producer, remote, partition, key, value, ts, hdrs, delivered, spec)
-            except KafkaException as exc:
-                # A partition's records timed out: the transaction can only abort, and produce() refuses more.
-                if not spec.transactional or not (exc.args[0].txn_requires_abort()
-                                                 or exc.args[0].code() == KafkaError._STATE):
-                    raise
-                self.halted[0] = True
-                break
-            size = len(value or b"") + len(key or b"")
-            if size >= _LARGE_RECORD_BYTES:  # a delivery report has no headers: what an error message needs
-                self.header_bytes[len(written)] = sum(len(k) + len(v or b"") for k, v in hdrs or ())
-            written.append(offset)
-            summary.bytes += size
-        summary.records = len(written)
+        headers = part.headers
+        # Offsets ascend in a run: those below the position are in the target already.
+        lo = bisect.bisect_left(offsets, self.upstream_next)
+        summary.skipped += lo
+        refused = [i for i in range(lo, n) if headers[i] and provenance.returns_to(headers[i], spec.target, remote)
+                   ] if any(headers) else []
+        if refused:
+            if summary.first_refused is None:
+                summary.first_refused = offsets[refused[0]]
+            summary.refused += len(refused)
+            skip = set(refused)
+            writes = [i for i in range(lo, n) if i not in skip]
+        else:
+            writes = list(range(lo, n))
+        if writes:
+            self._produce_run(part, writes)
         if not self.halted[0]:
-            ages = now - part.timestamps
-            if passed:
-                ages = np.delete(ages, passed)
+            now = int(time.time() * 1000)
+            ages = now - (part.timestamps[writes] if len(writes) < n else part.timestamps)
             summary.age.add_many(ages)
             if len(ages):
                 summary.last_timestamp = int(now - ages[-1])
             record_digests = part.digests
             summary.digest(np.asarray(offsets, dtype=np.int64), record_digests,
-                           [(o, int(record_digests[i])) for i, o in refused])
+                           [(offsets[i], int(record_digests[i])) for i in refused])
+
+    def _produce_run(self, part: Run, writes: list[int]) -> None:
+        """Produce the run's records at `writes` (indexes, ascending), every one under a confirmed lease."""
+        spec, producer, written = self.spec, self.producer, self.written
+        remote: str = self.remote  # type: ignore[assignment]  # only a replicated partition's runs are produced
+        partition = self.tp[1]
+        offsets, keys, values, headers = part.offsets, part.keys, part.values, part.headers
+        stamps = part.timestamps.tolist()
+        base = len(written)
+        reported: set[int] = set()
+        if not self.exact:  # the run's last record, the partition's first in the task, and the first of each cell
+            reported.add(writes[-1])
+            cell = self.last_cell
+            for i in writes if offsets[writes[-1]] // digests.CELL != cell else writes[:1]:
+                if offsets[i] // digests.CELL != cell:
+                    cell = offsets[i] // digests.CELL
+                    reported.add(i)
+            self.last_cell = cell
+        with_provenance = spec.provenance
+        hop = provenance.prefix(spec.source, self.tp[0]).replace(b"%", b"%%") + b"%d/%d"  # Provenance.encode()
+        header = provenance.HEADER
+        produce, exact, delivered = producer.produce, self.exact, self._delivered
+        stop = None
+        for k, i in enumerate(writes):
+            if i & 63 == 63:
+                _confirm_lease(spec)  # W1 between confirmations: at most 64 records (a cached answer: a clock read)
+            hdrs = headers[i]
+            if with_provenance:
+                hdrs = [*(hdrs or ()), (header, hop % (partition, offsets[i]))]
+            report = delivered if exact else functools.partial(delivered, index=base + k) if i in reported else None
+            try:
+                produce(remote, values[i], keys[i], partition=partition, timestamp=stamps[i],
+                        headers=hdrs, on_delivery=report)  # type: ignore[arg-type]
+            except (BufferError, KafkaException):
+                try:  # the local queue is full, or the remote partition is new to the producer: wait
+                    _produce(producer, remote, partition, keys[i], values[i], stamps[i], hdrs, report, spec)
+                except KafkaException as exc:
+                    # A partition's records timed out: the transaction can only abort, and produce() refuses more.
+                    if not spec.transactional or not (exc.args[0].txn_requires_abort()
+                                                     or exc.args[0].code() == KafkaError._STATE):
+                        raise
+                    self.halted[0] = True
+                    stop = k
+                    break
+        done = writes if stop is None else writes[:stop]
+        self.reports += len(done) if exact else sum(1 for i in done if i in reported)
+        written.extend(offsets[i] for i in done)
+        self.summary.records = len(written)
+        if len(done) == len(offsets):
+            self.summary.bytes += sum(map(len, filter(None, values))) + sum(map(len, filter(None, keys)))
+        else:
+            self.summary.bytes += sum(len(values[i] or b"") + len(keys[i] or b"") for i in done)
+        # A delivery report has no headers: what an error message about a large reported record needs.
+        for k, i in enumerate(done) if exact else ((bisect.bisect_left(done, i), i) for i in reported if i in done):
+            if len(values[i] or b"") + len(keys[i] or b"") >= _LARGE_RECORD_BYTES:
+                hdrs = headers[i]
+                if with_provenance:
+                    hdrs = [*(hdrs or ()), (header, hop % (partition, offsets[i]))]
+                self.header_bytes[base + k] = sum(len(h) + len(v or b"") for h, v in hdrs or ())
 
     def failure(self) -> KafkaError | None:
         """Once flushed: why the target did not take the partition's records in time (it is stuck), or None (every
-        record acknowledged, or nothing to write); a record the target refused stops the flow (MirrorError)."""
+        report a success, or nothing to write); a record the target refused stops the flow (MirrorError)."""
         spec, tp, remote = self.spec, self.tp, self.remote
         if remote is None:
             return None  # a topic the pattern matched but the flow does not replicate, or a paused partition
@@ -533,8 +577,8 @@ class _PartitionWrite:
             err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
                 f[0].code() == KafkaError.MSG_SIZE_TOO_LARGE for f in self.failures) else self.failures[0]
             raise MirrorError(_failure_message(spec, tp, remote, self.written[index], err, size, framed))
-        if len(self.acked) != len(self.written):
-            raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {len(self.written) - len(self.acked)} "
+        if len(self.acked) != self.reports:
+            raise MirrorError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: {self.reports - len(self.acked)} "
                               "records have no delivery report after flush")
         return None
 
@@ -545,10 +589,17 @@ class _PartitionWrite:
     def record_syncs(self, producer: Producer | None = None) -> None:
         """Once every record is acknowledged: the partition's position (transactional: in the task's transaction),
         through `producer` if given (a transactional one for an idempotent write's syncs)."""
-        if self.remote is not None and self.tp not in self.spec.unsynced:
+        if self.remote is None:
+            return
+        written, acked = self.written, self.acked
+        firsts = self.summary.target_firsts
+        for index in sorted(acked):  # the first copy of each cell is reported (in exact mode, every one)
+            firsts.setdefault(written[index] // digests.CELL, acked[index])
+        if self.tp not in self.spec.unsynced:
             _confirm_lease(self.spec)
-            _record_syncs(self.spec, producer or self.producer, self.tp, self.summary,
-                          list(zip(self.written, self.acked, strict=True)), self._sync_delivered, self.downstream_next)
+            ends = ((written[0], acked[0]), (written[-1], acked[len(written) - 1])) if written else None
+            _record_syncs(self.spec, producer or self.producer, self.tp, self.summary, ends, self._sync_delivered,
+                          self.downstream_next)
 
     def stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
         """Nothing of the partition's batch counts: no offset syncs (idempotent: what landed is written again
@@ -573,7 +624,8 @@ class _PartitionWrite:
 
     @property
     def unacknowledged(self) -> int:
-        return len(self.written) - len(self.acked) - len(self.failures)
+        """Reported records not reported yet (with sparse reports, a partition waiting still shows)."""
+        return self.reports - len(self.acked) - len(self.failures)
 
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
@@ -601,23 +653,24 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
 
 
 def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
-                  pairs: list[tuple[int, int]], delivered: Callable[[KafkaError | None, Any], None],
-                  previous: int) -> None:
-    """`previous`: where the partition's next record was to land (its position's downstream_next, or -1)."""
+                  ends: tuple[tuple[int, int], tuple[int, int]] | None,
+                  delivered: Callable[[KafkaError | None, Any], None], previous: int) -> None:
+    """`ends`: (upstream, downstream) of the first and the last record the task wrote, if any; `previous`: where
+    the partition's next record was to land (its position's downstream_next, or -1)."""
     if summary.upstream_next < 0:
         return
     # Transaction markers and aborted records after the last visible record are read too.
     summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
-    if pairs and pairs[0][1] < previous:
+    if ends and ends[0][1] < previous:
         # Not fatal, and before any offset sync moves backwards: the restarted query's first batch holds the topic.
-        raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: copies landed at {pairs[0][1]}, below the flow's next "
+        raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: copies landed at {ends[0][1]}, below the flow's next "
                            f"target offset {previous}: the remote topic was re-created or truncated")
-    summary.downstream_next = pairs[-1][1] + 1 if pairs else previous
+    summary.downstream_next = ends[1][1] + 1 if ends else previous
     first = None
-    if pairs:
-        summary.first, summary.last = pairs[0], pairs[-1]
+    if ends:
+        summary.first, summary.last = ends
         summary.replay = spec.replay or _task_attempt() > 0
-        first = first_anchor(pairs[0], previous, summary.replay, spec.transactional)
+        first = first_anchor(ends[0], previous, summary.replay, spec.transactional)
     position = Position(tp[0], tp[1], summary.upstream_next,
                         summary.downstream_next if summary.downstream_next >= 0 else None, first)
     _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, delivered)
