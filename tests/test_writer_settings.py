@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from mirrorflow.errors import ConfigError
@@ -53,3 +54,36 @@ def test_decoded_headers_keep_order_duplicates_and_null_versus_empty_values() ->
             b"\x00\x00\x00\x02\xc3\xbc\x00\x00\x00\x02xy")
     assert stream_writer.decode_headers(blob) == [("a", b""), ("a", None), ("ü", b"xy")]
     assert stream_writer.decode_headers(b"") == []
+
+
+def _seat_spec(fenced: int) -> stream_writer.WriterSpec:
+    return stream_writer.WriterSpec(
+        flow="a->b", source="a", target="b", producer_settings={}, consumer_settings={}, source_admin_settings={},
+        target_admin_settings={}, remote={}, upstream_next={}, ends={}, downstream_next={}, syncs_topic="s",
+        provenance=False, transactional=True, fenced=fenced)
+
+
+def test_a_worker_writes_from_the_seat_it_had_and_running_tasks_never_share_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream_writer, "_MARKS", tmp_path)
+    monkeypatch.setattr(stream_writer, "_PREFERRED_SEAT", {})
+    spec = _seat_spec(fenced=5)
+    with stream_writer.writer_seat(spec, 2):
+        first = stream_writer._writer_index()
+        with stream_writer.writer_seat(spec, 2):  # another task running meanwhile (a second lock on the file)
+            other = stream_writer._writer_index()
+    assert {first, other} == {0, 1}
+    # The worker's last seat was `other` (the inner task's): it takes it again, whatever the task's slot.
+    with stream_writer.writer_seat(spec, 2):
+        assert stream_writer._writer_index() == other
+    assert stream_writer._SEAT == []
+
+
+def test_a_new_fencing_gets_seats_of_its_own_and_removes_older_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stream_writer, "_MARKS", tmp_path)
+    monkeypatch.setattr(stream_writer, "_PREFERRED_SEAT", {})
+    # An old query's task still holds seat 0 of its fencing while a new query's task takes seat 0 of its own.
+    with stream_writer.writer_seat(_seat_spec(fenced=5), 2), stream_writer.writer_seat(_seat_spec(fenced=7), 2):
+        assert stream_writer._writer_index() == 0
+    assert sorted(p.name.split("-")[2] for p in tmp_path.glob("seat-*")) == ["7"]

@@ -40,7 +40,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from mirrorflow.errors import MirrorError
 from mirrorflow.rules import record_digest
 from mirrorflow.rules.batch_plan import Range
-from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, WriterSpec, mirror_runs
+from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, WriterSpec, mirror_runs, writer_seat
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], batches: Iter
     summary rows."""
     ranges = [r for batch in batches for slot in batch.column(0).to_pylist() for r in slots[slot]]
     uses = dict(cache_stats)
-    with _without_cycle_collection():
+    with _without_cycle_collection(), writer_seat(spec, len(slots)):
         summaries = list(mirror_runs(spec, _runs(spec, ranges)))
     for summary in summaries:
         # The task's first row says whether it used its worker's consumer and whether it had to build it.

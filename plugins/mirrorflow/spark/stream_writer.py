@@ -28,6 +28,8 @@ say so) and the driver writes them again at once, the stuck one paused.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import fcntl
 import functools
 import hashlib
 import logging
@@ -863,13 +865,68 @@ _MARKS = Path(tempfile.gettempdir()) / f"mirrorflow-writers-{os.getuid()}"
 _TOKENS: dict[str, tuple[str, int]] = {}  # transactional id -> (this worker's mark, the driver's fencing it followed)
 
 
+_SEAT: list[int] = []  # the writer seat the worker's running task holds (writer_seat), if any
+_PREFERRED_SEAT: dict[str, int] = {}  # flow -> the seat this worker wrote from last (its producer is kept)
+
+
+@contextlib.contextmanager
+def writer_seat(spec: WriterSpec, seats: int) -> Iterator[None]:
+    """Hold one of the flow's `seats` writer seats (one per task of a batch) while the task writes; the seat, not
+    the task slot, names the transactional id. Spark hands a batch's task slots to whichever of its idle Python
+    workers comes first, so slots changed workers every few batches, and each change fenced the other worker's
+    producer and initialised a new one (about 450 ms, in a task of 100 ms at 5,000 records/s). A worker takes the
+    seat it wrote from last if it is free, so it keeps its producer. Only local workers keeping producers (the
+    marks see every worker): elsewhere the slot names the id, as before.
+    Exclusive: a seat is a lock file held (flock) by the one running task that writes from it; a batch runs at
+    most `seats` tasks at once, so a seat is always free; the files are per fencing (a new query's tasks never
+    wait for an old one's) and those of older fencings are removed."""
+    if not (spec.keep_producers and (spec.transactional or spec.fence_syncs)) or _task_attempt() > 0:
+        yield
+        return
+    flow_key = hashlib.sha1(f"{spec.flow}|{spec.source}|{spec.target}".encode()).hexdigest()[:16]
+    try:
+        _MARKS.mkdir(exist_ok=True)
+        for old in _MARKS.glob(f"seat-{flow_key}-*"):
+            if int(old.name.split("-")[2]) < spec.fenced:
+                old.unlink(missing_ok=True)
+    except (OSError, ValueError, IndexError):
+        pass
+    preferred = _PREFERRED_SEAT.get(spec.flow)
+    for seat in [s for s in (preferred,) if s is not None and s < seats] + [s for s in range(seats) if s != preferred]:
+        try:
+            fd = os.open(_MARKS / f"seat-{flow_key}-{spec.fenced}-{seat}", os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError:
+            break
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        _SEAT[:] = [seat]
+        _PREFERRED_SEAT[spec.flow] = seat
+        try:
+            yield
+        finally:
+            _SEAT.clear()
+            os.close(fd)  # releases the lock
+        return
+    log.warning("flow %s: no free writer seat of %d; this task writes with its slot's transactional id", spec.flow,
+                seats)
+    yield
+
+
+def _writer_index() -> int:
+    """The index of the running task's transactional id: its writer seat, else its task slot."""
+    return _SEAT[0] if _SEAT else _task_slot()
+
+
 def _transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
-    """The task slot's transactional producer, and whether an earlier task of this worker initialised it.
+    """The transactional producer of the task's writer seat (else its slot), and whether an earlier task of this
+    worker initialised it.
 
     A retried task (attempt > 0) always initialises afresh: that aborts what the failed attempt left open.
     """
-    slot = _task_slot()
-    tid = transactional_id(spec.source, spec.target, slot)
+    tid = transactional_id(spec.source, spec.target, _writer_index())
     mark = _MARKS / hashlib.sha1(tid.encode()).hexdigest()
     kept = _PRODUCERS.get(tid)
     token, fenced = _TOKENS.get(tid, (None, None))
@@ -903,7 +960,7 @@ def _read_mark(mark: Path) -> str | None:
 def _discard(spec: WriterSpec, tid: str | None = None) -> None:
     """Forget this worker's producer of the task slot (transactional): the slot's next task initialises a new one."""
     if spec.transactional or spec.fence_syncs:
-        tid = tid or transactional_id(spec.source, spec.target, _task_slot())
+        tid = tid or transactional_id(spec.source, spec.target, _writer_index())
         _PRODUCERS.pop(tid, None)
         _TOKENS.pop(tid, None)
 
