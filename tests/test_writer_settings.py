@@ -56,34 +56,19 @@ def test_decoded_headers_keep_order_duplicates_and_null_versus_empty_values() ->
     assert stream_writer.decode_headers(b"") == []
 
 
-def _seat_spec(fenced: int) -> stream_writer.WriterSpec:
-    return stream_writer.WriterSpec(
-        flow="a->b", source="a", target="b", producer_settings={}, consumer_settings={}, source_admin_settings={},
-        target_admin_settings={}, remote={}, upstream_next={}, ends={}, downstream_next={}, syncs_topic="s",
-        provenance=False, transactional=True, fenced=fenced)
+
+def test_every_seat_of_a_batch_is_claimed_once_whichever_worker_runs_which_task(tmp_path: Path) -> None:
+    claims = tmp_path / "seats-b1"
+    # Task 0 runs on the worker that wrote from seat 1 last batch, task 1 on a worker that had seat 0.
+    assert stream_writer.claim_seat(claims, 2, task=0, attempt=0, preferred=1) == 1
+    assert stream_writer.claim_seat(claims, 2, task=1, attempt=0, preferred=0) == 0
+    with pytest.raises(RuntimeError, match="more tasks than seats"):
+        stream_writer.claim_seat(claims, 2, task=2, attempt=0, preferred=None)
 
 
-def test_a_worker_writes_from_the_seat_it_had_and_running_tasks_never_share_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stream_writer, "_MARKS", tmp_path)
-    monkeypatch.setattr(stream_writer, "_PREFERRED_SEAT", {})
-    spec = _seat_spec(fenced=5)
-    with stream_writer.writer_seat(spec, 2):
-        first = stream_writer._writer_index()
-        with stream_writer.writer_seat(spec, 2):  # another task running meanwhile (a second lock on the file)
-            other = stream_writer._writer_index()
-    assert {first, other} == {0, 1}
-    # The worker's last seat was `other` (the inner task's): it takes it again, whatever the task's slot.
-    with stream_writer.writer_seat(spec, 2):
-        assert stream_writer._writer_index() == other
-    assert stream_writer._SEAT == []
-
-
-def test_a_new_fencing_gets_seats_of_its_own_and_removes_older_ones(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stream_writer, "_MARKS", tmp_path)
-    monkeypatch.setattr(stream_writer, "_PREFERRED_SEAT", {})
-    # An old query's task still holds seat 0 of its fencing while a new query's task takes seat 0 of its own.
-    with stream_writer.writer_seat(_seat_spec(fenced=5), 2), stream_writer.writer_seat(_seat_spec(fenced=7), 2):
-        assert stream_writer._writer_index() == 0
-    assert sorted(p.name.split("-")[2] for p in tmp_path.glob("seat-*")) == ["7"]
+def test_a_worker_without_a_seat_takes_a_free_one_and_a_retry_takes_its_first_attempts(tmp_path: Path) -> None:
+    claims = tmp_path / "seats-b2"
+    assert stream_writer.claim_seat(claims, 3, task=2, attempt=0, preferred=None) == 0
+    assert stream_writer.claim_seat(claims, 3, task=0, attempt=0, preferred=0) == 1  # its seat was taken
+    assert stream_writer.claim_seat(claims, 3, task=2, attempt=1, preferred=None) == 0  # the retry of task 2
+    assert stream_writer.claim_seat(claims, 3, task=1, attempt=1, preferred=None) == 2  # died before claiming

@@ -40,6 +40,7 @@ import shutil
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -683,9 +684,13 @@ class _Driver:
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
         slots = batch_plan.slot_ranges(self._batch_starts(batch_id), ends, self.query_slots)
         writing = time.monotonic()
-        rows = [r.asDict(recursive=True) for r in
-                self.spark.range(len(slots), numPartitions=len(slots))
-                .mapInArrow(functools.partial(copier.copy_slots, spec, slots), SUMMARY_DDL).collect()] if slots else []
+        try:
+            rows = [r.asDict(recursive=True) for r in
+                    self.spark.range(len(slots), numPartitions=len(slots))
+                    .mapInArrow(functools.partial(copier.copy_slots, spec, slots), SUMMARY_DDL).collect()
+                    ] if slots else []
+        finally:
+            stream_writer.drop_seat_claims(spec)
         written = time.monotonic()
         self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
         self.metrics.count_consumer_inits(sum(r["consumer_inits"] for r in rows), sum(r["consumer_uses"] for r in rows))
@@ -938,12 +943,14 @@ class _Driver:
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
               paused: frozenset[tuple[str, int]]) -> WriterSpec:
+        local = str(self.spark.sparkContext.master).startswith("local")
         return WriterSpec.of(
             self.link, remote=dict(remote), upstream_next=dict(self.upstream_next), ends=dict(ends),
             downstream_next=dict(self.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
-            fenced=self.fenced, keep_producers=str(self.spark.sparkContext.master).startswith("local"))
+            fenced=self.fenced, keep_producers=local,
+            batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
 
     def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a

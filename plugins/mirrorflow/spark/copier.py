@@ -73,12 +73,13 @@ def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committe
 def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], batches: Iterator[pa.RecordBatch]
                ) -> Iterator[pa.RecordBatch]:
     """mapInArrow body over `spark.range(len(slots))` with one slot index per task (no Python worker reads for
-    Spark, so a task keeps one worker and its cached clients): copy that slot's ranges, then yield the writer's
-    summary rows."""
-    ranges = [r for batch in batches for slot in batch.column(0).to_pylist() for r in slots[slot]]
+    Spark, so a task keeps one worker and its cached clients): copy that slot's ranges (a local stream's: the
+    ranges of the writer seat the task's worker takes, stream_writer.writer_seat), then yield the writer's summary
+    rows."""
+    own = [slot for batch in batches for slot in batch.column(0).to_pylist()]
     uses = dict(cache_stats)
-    with _without_cycle_collection(), writer_seat(spec, len(slots)):
-        summaries = list(mirror_runs(spec, _runs(spec, ranges)))
+    with _without_cycle_collection(), writer_seat(spec, len(slots), own) as seats:
+        summaries = list(mirror_runs(spec, _runs(spec, [r for seat in seats for r in slots[seat]])))
     for summary in summaries:
         # The task's first row says whether it used its worker's consumer and whether it had to build it.
         for column, key in (("consumer_inits", "misses"), ("consumer_uses", None)):

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import fcntl
 import functools
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -138,6 +138,8 @@ class WriterSpec:
     # The copier's reads (spark/copier): the source's consumer settings (secrets: never printed) and isolation.
     source_consumer_settings: Mapping[str, Any] = field(default_factory=dict, repr=False)
     reads_committed: bool = False
+    # A local master's stream: the batch's own name, under which its tasks claim writer seats (writer_seat).
+    batch_key: str | None = None
 
     @classmethod
     def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
@@ -869,50 +871,64 @@ _SEAT: list[int] = []  # the writer seat the worker's running task holds (writer
 _PREFERRED_SEAT: dict[str, int] = {}  # flow -> the seat this worker wrote from last (its producer is kept)
 
 
-@contextlib.contextmanager
-def writer_seat(spec: WriterSpec, seats: int) -> Iterator[None]:
-    """Hold one of the flow's `seats` writer seats (one per task of a batch) while the task writes; the seat, not
-    the task slot, names the transactional id. Spark hands a batch's task slots to whichever of its idle Python
-    workers comes first, so slots changed workers every few batches, and each change fenced the other worker's
-    producer and initialised a new one (about 450 ms, in a task of 100 ms at 5,000 records/s). A worker takes the
-    seat it wrote from last if it is free, so it keeps its producer. Only local workers keeping producers (the
-    marks see every worker): elsewhere the slot names the id, as before.
-    Exclusive: a seat is a lock file held (flock) by the one running task that writes from it; a batch runs at
-    most `seats` tasks at once, so a seat is always free; the files are per fencing (a new query's tasks never
-    wait for an old one's) and those of older fencings are removed."""
-    if not (spec.keep_producers and (spec.transactional or spec.fence_syncs)) or _task_attempt() > 0:
-        yield
-        return
-    flow_key = hashlib.sha1(f"{spec.flow}|{spec.source}|{spec.target}".encode()).hexdigest()[:16]
-    try:
-        _MARKS.mkdir(exist_ok=True)
-        for old in _MARKS.glob(f"seat-{flow_key}-*"):
-            if int(old.name.split("-")[2]) < spec.fenced:
-                old.unlink(missing_ok=True)
-    except (OSError, ValueError, IndexError):
-        pass
-    preferred = _PREFERRED_SEAT.get(spec.flow)
-    for seat in [s for s in (preferred,) if s is not None and s < seats] + [s for s in range(seats) if s != preferred]:
+def claim_seat(claims: Path, seats: int, task: int, attempt: int, preferred: int | None) -> int:
+    """The seat task `task` copies from in a batch whose claims are files in `claims`: one per seat, created once
+    (O_EXCL) and holding the index of the task that took it. A first attempt takes `preferred` if still free, else
+    the lowest free one; a retried attempt takes the seat its first attempt took (or, if that one died before
+    claiming, a free one).
+    Invariant: a batch runs one task per seat, each claiming one seat, so every seat is claimed by exactly one
+    task and its ranges are copied exactly once, whichever worker runs which task."""
+    claims.mkdir(parents=True, exist_ok=True)
+    if attempt > 0:
+        for claim in claims.glob("seat-*"):
+            with contextlib.suppress(OSError, ValueError):
+                if int(claim.read_text()) == task:
+                    return int(claim.name.removeprefix("seat-"))
+    order = [preferred] if preferred is not None and 0 <= preferred < seats else []
+    for seat in order + [s for s in range(seats) if s != preferred]:
         try:
-            fd = os.open(_MARKS / f"seat-{flow_key}-{spec.fenced}-{seat}", os.O_CREAT | os.O_RDWR, 0o600)
-        except OSError:
-            break
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
+            fd = os.open(claims / f"seat-{seat}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
             continue
-        _SEAT[:] = [seat]
-        _PREFERRED_SEAT[spec.flow] = seat
-        try:
-            yield
-        finally:
-            _SEAT.clear()
-            os.close(fd)  # releases the lock
+        with os.fdopen(fd, "w") as f:
+            f.write(str(task))
+        return seat
+    raise RuntimeError(f"every one of the batch's {seats} writer seats is taken: more tasks than seats")
+
+
+def seat_claims(spec: WriterSpec) -> Path | None:
+    """Where the batch's seat claims are (a local master's stream), or None: tasks copy their own slots."""
+    return None if spec.batch_key is None else _MARKS / f"seats-{spec.batch_key}"
+
+
+def drop_seat_claims(spec: WriterSpec) -> None:
+    """The driver, once the batch's tasks returned (or failed)."""
+    claims = seat_claims(spec)
+    if claims is not None:
+        shutil.rmtree(claims, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def writer_seat(spec: WriterSpec, seats: int, own: list[int]) -> Iterator[list[int]]:
+    """The seat (`slots` index) the running task copies and writes from; the seat, not the task slot, names the
+    transactional id. Spark hands a batch's task slots to whichever of its idle Python workers comes first, so
+    slots changed workers every few batches: the worker re-initialised the slot's producer (about 450 ms, in a
+    task of 100 ms at 5,000 records/s), fencing the other's, and re-assigned its consumer (the prefetch lost). A
+    worker takes the seat it had, so it keeps both. Only a local master's stream (`spec.batch_key`; the claims
+    are files every worker sees): elsewhere a task copies and writes from its `own` slots (one, in a stream)."""
+    claims = seat_claims(spec)
+    if claims is None:
+        yield own
         return
-    log.warning("flow %s: no free writer seat of %d; this task writes with its slot's transactional id", spec.flow,
-                seats)
-    yield
+    if len(own) != 1:
+        raise RuntimeError(f"flow {spec.flow}: a task of the batch holds {len(own)} slots, not one")
+    seat = claim_seat(claims, seats, own[0], _task_attempt(), _PREFERRED_SEAT.get(spec.flow))
+    _SEAT[:] = [seat]
+    _PREFERRED_SEAT[spec.flow] = seat
+    try:
+        yield [seat]
+    finally:
+        _SEAT.clear()
 
 
 def _writer_index() -> int:
