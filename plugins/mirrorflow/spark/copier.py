@@ -26,6 +26,7 @@ a partition is paused once HELD_MAX records are held past the ranges' ends (what
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import logging
@@ -161,9 +162,9 @@ class _Reader:
             out += held
         return out
 
-    def hold(self, tp: tuple[str, int], m: Message) -> None:
-        self.held.setdefault(tp, []).append(m)
-        self.held_count += 1
+    def hold(self, tp: tuple[str, int], ms: list[Message]) -> None:
+        self.held.setdefault(tp, []).extend(ms)
+        self.held_count += len(ms)
         if self.held_count >= HELD_MAX and tp not in self.paused:
             self.consumer.pause([TopicPartition(*tp)])
             self.paused.add(tp)
@@ -232,43 +233,30 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         runs: dict[tuple[str, int], list[Message]] = {}
         failed: set[tuple[str, int]] = set()
         gaps: list[tuple[tuple[str, int], Gap]] = []
-        for m in messages:
-            tp = (m.topic(), m.partition())
-            err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    if tp in position:
-                        eof[tp] = m.offset() or 0
-                    if tp in open_ and eof.get(tp, 0) >= until[tp]:
-                        open_.discard(tp)
-                    continue
-                if tp not in open_:
-                    if tp in position:
-                        failed.add(tp)  # assigned afresh by the task that next reads it
-                    continue
-                if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-                    done, gap = _resume_at_log_start(spec, reader, tp, read[tp])
-                    if gap is not None:
-                        gaps.append((tp, gap))
-                    if done:
-                        open_.discard(tp)
-                    continue
-                raise KafkaException(err)
-            offset: int = m.offset()  # type: ignore[assignment]  # a record's offset is never None
+        for tp, chunk in _chunks(messages):
+            if chunk[0].error() is not None:
+                done, gap = _event(spec, reader, read, open_, until, failed, tp, chunk[0])
+                if gap is not None:
+                    gaps.append((tp, gap))
+                if done:
+                    open_.discard(tp)
+                continue
             if tp not in position:
                 continue  # a partition released since it was fetched
-            position[tp] = offset + 1
+            offsets: list[int] = [m.offset() for m in chunk]  # type: ignore[misc]  # a record's is never None
+            position[tp] = offsets[-1] + 1
             if tp not in open_:
-                reader.hold(tp, m)  # past its range's end (C1): the next batch's, if it continues here
+                reader.hold(tp, chunk)  # past its range's end (C1): the next batch's, if it continues here
                 continue
-            if offset < expected[tp]:
-                continue  # below the range (C1): never handed to the writer
-            if offset >= until[tp]:
+            # Offsets ascend within a partition: below the range (C1) dropped, at or past its end held.
+            lo = bisect.bisect_left(offsets, expected[tp])
+            hi = bisect.bisect_left(offsets, until[tp])
+            if hi > lo:
+                runs.setdefault(tp, []).extend(chunk[lo:hi])
+            if hi < len(chunk):
                 open_.discard(tp)
-                reader.hold(tp, m)
-                continue
-            runs.setdefault(tp, []).append(m)
-            if offset == until[tp] - 1:
+                reader.hold(tp, chunk[hi:])
+            elif offsets[-1] == until[tp] - 1:
                 open_.discard(tp)
         if first:  # C5: a kept partition whose last end event is past its range has nothing more to read
             open_.difference_update([tp for tp in open_ if eof.get(tp, -1) >= until[tp]])
@@ -284,6 +272,47 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         yield from gaps
         if runs:
             progress = time.monotonic()  # after the writer took them: its waits are not the source's
+
+
+def _chunks(messages: list[Message]) -> Iterator[tuple[tuple[str, int], list[Message]]]:
+    """Consecutive records of one partition together (librdkafka hands a partition's fetch over in a row), each
+    event (an error, an end of partition) alone."""
+    chunk: list[Message] = []
+    key: tuple[str, int] | None = None
+    for m in messages:
+        if m.error() is not None:
+            if chunk:
+                yield key, chunk  # type: ignore[misc]
+                chunk, key = [], None
+            yield (m.topic(), m.partition()), [m]  # type: ignore[misc]
+            continue
+        tp = (m.topic(), m.partition())
+        if tp != key:
+            if chunk:
+                yield key, chunk  # type: ignore[misc]
+            chunk, key = [], tp  # type: ignore[assignment]
+        chunk.append(m)
+    if chunk:
+        yield key, chunk  # type: ignore[misc]
+
+
+def _event(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Range], open_: set[tuple[str, int]],
+           until: Mapping[tuple[str, int], int], failed: set[tuple[str, int]], tp: tuple[str, int], m: Message
+           ) -> tuple[bool, Gap | None]:
+    """An event of the consumer: whether it closes the partition's range, and the records it says are lost."""
+    err = m.error()
+    assert err is not None
+    if err.code() == KafkaError._PARTITION_EOF:
+        if tp in reader.position:
+            reader.eof[tp] = m.offset() or 0
+        return tp in open_ and reader.eof.get(tp, 0) >= until[tp], None
+    if tp not in open_:
+        if tp in reader.position:
+            failed.add(tp)  # assigned afresh by the task that next reads it
+        return False, None
+    if err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+        return _resume_at_log_start(spec, reader, tp, read[tp])
+    raise KafkaException(err)
 
 
 def _run(spec: WriterSpec, tp: tuple[str, int], ms: list[Message]) -> Run:

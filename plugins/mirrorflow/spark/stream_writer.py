@@ -538,8 +538,9 @@ class _PartitionWrite:
                 hdrs = [*(hdrs or ()), (header, hop % (partition, offsets[i]))]
             report = delivered if exact else functools.partial(delivered, index=base + k) if i in reported else None
             try:
-                produce(remote, values[i], keys[i], partition=partition, timestamp=stamps[i],
-                        headers=hdrs, on_delivery=report)  # type: ignore[arg-type]
+                # Positional: confluent-kafka parses keywords at about 1 µs a call (topic, value, key, partition,
+                # on_delivery, callback, timestamp, headers).
+                produce(remote, values[i], keys[i], partition, report, None, stamps[i], hdrs)  # type: ignore[arg-type]
             except (BufferError, KafkaException):
                 try:  # the local queue is full, or the remote partition is new to the producer: wait
                     _produce(producer, remote, partition, keys[i], values[i], stamps[i], hdrs, report, spec)
