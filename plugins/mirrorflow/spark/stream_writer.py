@@ -1,11 +1,11 @@
 """The executor side of the stream: writes one task's records to the target.
 
-Spark's Kafka source reads one source partition's offset range per input partition, in offset order; the
-driver coalesces them into one task per core (without a shuffle: each task reads its source partitions one
-after another) and `mapInArrow` hands them over; this module produces those records with confluent-kafka
-(partition, key, value, headers and timestamp kept; a provenance header appended), waits until the
-target acknowledged every one, then records each partition's position in the offset syncs (with the
-batch's first record, so a reader sees a replay at once); the driver turns the summaries into anchors.
+The stream's copier (spark/copier) hands it runs of one source partition's records, in offset order; the
+backfill hands it Spark's Kafka source rows through `mapInArrow` (mirror_partitions). This module produces
+those records with confluent-kafka (partition, key, value, headers and timestamp kept; a provenance header
+appended), waits until the target acknowledged every one (a delivery report each, or under transactions the
+commit: see _PartitionWrite), then records each partition's position in the offset syncs (with the batch's
+first record, so a reader sees a replay at once); the driver turns the summaries into anchors.
 It yields one summary row per source partition for the driver's progress and metrics.
 
 Delivery (`spec.transactional`: exactly-once, and at-least-once unless `mirrorflow.records.fenced = false`):
