@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from mirrorflow.errors import ConfigError
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS
 from mirrorflow.spark import stream_writer
@@ -72,3 +75,19 @@ def test_a_worker_without_a_seat_takes_a_free_one_and_a_retry_takes_its_first_at
     assert stream_writer.claim_seat(claims, 3, task=0, attempt=0, preferred=0) == 1  # its seat was taken
     assert stream_writer.claim_seat(claims, 3, task=2, attempt=1, preferred=None) == 0  # the retry of task 2
     assert stream_writer.claim_seat(claims, 3, task=1, attempt=1, preferred=None) == 2  # died before claiming
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=40), st.data())
+def test_sparse_reports_are_each_runs_last_record_and_each_cells_first_written_one(
+        steps: list[int], data: st.DataObject) -> None:
+    cell = stream_writer.digests.CELL
+    offsets = list(itertools.accumulate(s * cell // 3 + 1 for s in steps))
+    writes = sorted(data.draw(st.sets(st.integers(0, len(offsets) - 1), min_size=1)))
+    last_cell = data.draw(st.none() | st.just(offsets[writes[0]] // cell))
+    reported, end = stream_writer.reported_records(offsets, writes, last_cell)
+    previous, want = last_cell, {writes[-1]: len(writes) - 1}
+    for k, i in enumerate(writes):  # the definition, record by record
+        if offsets[i] // cell != previous:
+            previous = offsets[i] // cell
+            want[i] = k
+    assert reported == want and end == offsets[writes[-1]] // cell

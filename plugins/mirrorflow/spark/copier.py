@@ -97,9 +97,8 @@ def _without_cycle_collection() -> Iterator[None]:
     headers) that form no cycle, and the collector's passes over the hundreds of thousands alive in a task took a
     fifth of the worker's CPU (py-spy, plain bench). Reference counting frees them; what the worker had before its
     first task (Spark's, pyarrow's) is frozen out of the collector's passes for good."""
-    if not _FROZEN:
+    if gc.get_freeze_count() == 0:
         gc.freeze()
-        _FROZEN.append(True)
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -107,9 +106,6 @@ def _without_cycle_collection() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-_FROZEN: list[bool] = []
 
 
 class _Reader:
@@ -230,7 +226,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
     while open_:
         if not messages and not first:
             messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
-        runs: dict[tuple[str, int], list[Message]] = {}
+        runs: dict[tuple[str, int], tuple[list[Message], list[int]]] = {}  # records and their offsets
         failed: set[tuple[str, int]] = set()
         gaps: list[tuple[tuple[str, int], Gap]] = []
         for tp, chunk in _chunks(messages):
@@ -252,7 +248,9 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
             lo = bisect.bisect_left(offsets, expected[tp])
             hi = bisect.bisect_left(offsets, until[tp])
             if hi > lo:
-                runs.setdefault(tp, []).extend(chunk[lo:hi])
+                ms, run_offsets = runs.setdefault(tp, ([], []))
+                ms.extend(chunk[lo:hi])
+                run_offsets.extend(offsets[lo:hi])
             if hi < len(chunk):
                 open_.discard(tp)
                 reader.hold(tp, chunk[hi:])
@@ -267,8 +265,8 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
             waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
             raise RuntimeError(f"flow {spec.flow}: no record of {spec.source} partition(s) {waiting} within "
                                f"{STALL_S:.0f} s although the batch's end offsets are past their positions")
-        for tp, ms in runs.items():
-            yield tp, _run(spec, tp, ms)
+        for tp, (ms, run_offsets) in runs.items():
+            yield tp, _run(spec, tp, ms, run_offsets)
         yield from gaps
         if runs:
             progress = time.monotonic()  # after the writer took them: its waits are not the source's
@@ -315,9 +313,8 @@ def _event(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Ran
     raise KafkaException(err)
 
 
-def _run(spec: WriterSpec, tp: tuple[str, int], ms: list[Message]) -> Run:
+def _run(spec: WriterSpec, tp: tuple[str, int], ms: list[Message], offsets: list[int]) -> Run:
     partition = tp[1]
-    offsets: list[int] = [m.offset() for m in ms]  # type: ignore[misc]
     keys: list[bytes | None] = [m.key() for m in ms]
     values: list[bytes | None] = [m.value() for m in ms]
     try:

@@ -516,27 +516,22 @@ class _PartitionWrite:
         offsets, keys, values, headers = part.offsets, part.keys, part.values, part.headers
         stamps = part.timestamps.tolist()
         base = len(written)
-        reported: set[int] = set()
-        if not self.exact:  # the run's last record, the partition's first in the task, and the first of each cell
-            reported.add(writes[-1])
-            cell = self.last_cell
-            for i in writes if offsets[writes[-1]] // digests.CELL != cell else writes[:1]:
-                if offsets[i] // digests.CELL != cell:
-                    cell = offsets[i] // digests.CELL
-                    reported.add(i)
-            self.last_cell = cell
+        reported: dict[int, int] = {}
+        if not self.exact:
+            reported, self.last_cell = reported_records(offsets, writes, self.last_cell)
         with_provenance = spec.provenance
         hop = provenance.prefix(spec.source, self.tp[0]).replace(b"%", b"%%") + b"%d/%d"  # Provenance.encode()
         header = provenance.HEADER
         produce, exact, delivered = producer.produce, self.exact, self._delivered
         stop = None
-        for k, i in enumerate(writes):
+        for i in writes:
             if i & 63 == 63:
                 _confirm_lease(spec)  # W1 between confirmations: at most 64 records (a cached answer: a clock read)
             hdrs = headers[i]
             if with_provenance:
                 hdrs = [*(hdrs or ()), (header, hop % (partition, offsets[i]))]
-            report = delivered if exact else functools.partial(delivered, index=base + k) if i in reported else None
+            k = reported.get(i)
+            report = delivered if exact else None if k is None else functools.partial(delivered, index=base + k)
             try:
                 # Positional: confluent-kafka parses keywords at about 1 µs a call (topic, value, key, partition,
                 # on_delivery, callback, timestamp, headers).
@@ -550,10 +545,10 @@ class _PartitionWrite:
                                                      or exc.args[0].code() == KafkaError._STATE):
                         raise
                     self.halted[0] = True
-                    stop = k
+                    stop = bisect.bisect_left(writes, i)
                     break
         done = writes if stop is None else writes[:stop]
-        self.reports += len(done) if exact else sum(1 for i in done if i in reported)
+        self.reports += len(done) if exact else sum(1 for k in reported.values() if k < len(done))
         written.extend(offsets[i] for i in done)
         self.summary.records = len(written)
         if len(done) == len(offsets):
@@ -561,7 +556,7 @@ class _PartitionWrite:
         else:
             self.summary.bytes += sum(len(values[i] or b"") + len(keys[i] or b"") for i in done)
         # A delivery report has no headers: what an error message about a large reported record needs.
-        for k, i in enumerate(done) if exact else ((bisect.bisect_left(done, i), i) for i in reported if i in done):
+        for k, i in enumerate(done) if exact else ((k, i) for i, k in reported.items() if k < len(done)):
             if len(values[i] or b"") + len(keys[i] or b"") >= _LARGE_RECORD_BYTES:
                 hdrs = headers[i]
                 if with_provenance:
@@ -631,6 +626,21 @@ class _PartitionWrite:
     def unacknowledged(self) -> int:
         """Reported records not reported yet (with sparse reports, a partition waiting still shows)."""
         return self.reports - len(self.acked) - len(self.failures)
+
+
+def reported_records(offsets: list[int], writes: list[int], last_cell: int | None) -> tuple[dict[int, int], int]:
+    """Sparse delivery reports: of a run's records to write (`writes`: indexes into its ascending `offsets`), those
+    that report, as {index: position in `writes`}, and the digest cell of the run's last one. They are the run's
+    last record and the first written of each digest cell the run enters (not `last_cell`, the cell the
+    partition's previous run ended in): so the partition's first record in the task, each cell's first copy (the
+    digest units' target offsets) and the last (the offset syncs') are reported."""
+    reported = {writes[-1]: len(writes) - 1}
+    first_cell, end_cell = offsets[writes[0]] // digests.CELL, offsets[writes[-1]] // digests.CELL
+    for cell in range(first_cell, end_cell + 1):
+        k = bisect.bisect_left(writes, bisect.bisect_left(offsets, cell * digests.CELL))
+        if cell != last_cell and k < len(writes) and offsets[writes[k]] // digests.CELL == cell:
+            reported[writes[k]] = k
+    return reported, end_cell
 
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
