@@ -333,18 +333,6 @@ def test_a_local_sessions_python_workers_start_with_the_writer_already_imported(
     assert [r.preloaded for r in rows] == [True, True]
 
 
-def test_headers_encoded_in_the_jvm_decode_to_the_same_headers_in_order(spark: Any) -> None:
-    from mirrorflow.spark.stream_writer import HEADERS_SQL, decode_headers
-
-    cases = [None, [], [("k", b"v")], [("empty", b""), ("null", None), ("k", b"v"), ("k", b"w")],
-             [("ключ-ü", bytes(range(256)) * 3), ("", b"\xff\xff\xff\xff")], [(f"h{i}", bytes([i])) for i in range(40)]]
-    df = spark.createDataFrame([(i, c) for i, c in enumerate(cases)],
-                               "i int, headers array<struct<key: string, value: binary>>")
-    got = {r["i"]: r["encoded"] for r in df.selectExpr("i", f"{HEADERS_SQL} AS encoded").collect()}
-    assert [None if got[i] is None else decode_headers(bytes(got[i])) for i in range(len(cases))] == \
-        [c or None for c in cases]
-
-
 def test_the_copiers_python_record_digest_equals_sparks_on_every_kind_of_record(spark: Any) -> None:
     import datetime
     import random

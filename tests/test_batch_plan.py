@@ -83,3 +83,25 @@ def test_offsets_encode_sorted_so_that_equal_offsets_compare_equal_as_text() -> 
     other = batch_plan.encode({("a", 10): 7, ("b", 10): 1, ("a", 2): 5})
     assert json.dumps(one) == json.dumps(other) == '{"a": {"2": 5, "10": 7}, "b": {"10": 1}}'
     assert batch_plan.decode(json.loads(json.dumps(one))) == {("b", 10): 1, ("a", 2): 5, ("a", 10): 7}
+
+
+@st.composite
+def _covered(draw: st.DrawFn) -> list[tuple[int, int]]:
+    """Ascending, disjoint [from, until) intervals over offsets 0..60."""
+    cuts = sorted(draw(st.sets(st.integers(0, 60), max_size=12)))
+    return [(a, b) for a, b in zip(cuts[::2], cuts[1::2], strict=False) if a < b]
+
+
+@given(st.integers(0, 60), st.integers(0, 60), _covered())
+def test_a_backfill_reads_the_smallest_span_holding_every_offset_without_a_copy(start: int, end: int,
+                                                                              covered: list[tuple[int, int]]) -> None:
+    missing = [o for o in range(start, end) if not any(a <= o < b for a, b in covered)]
+    span = batch_plan.uncovered_span(start, end, covered)
+    assert span == ((missing[0], missing[-1] + 1) if missing else None)
+
+
+@given(st.lists(st.integers(0, 60), unique=True).map(sorted), st.integers(0, 20), _covered())
+def test_a_backfill_writes_exactly_the_offsets_without_a_copy(offsets: list[int], lo: int,
+                                                              covered: list[tuple[int, int]]) -> None:
+    expected = [i for i in range(lo, len(offsets)) if not any(a <= offsets[i] < b for a, b in covered)]
+    assert batch_plan.uncovered(offsets, lo, covered) == expected

@@ -52,13 +52,6 @@ def test_batching_settings_the_writer_takes_pass_the_check() -> None:
     check_producer_tuning({"batch.size": "16384", "linger.ms": "0", "compression.type": "lz4"}, "backup")
 
 
-def test_decoded_headers_keep_order_duplicates_and_null_versus_empty_values() -> None:
-    blob = (b"\x00\x00\x00\x01a\x00\x00\x00\x00" b"\x00\x00\x00\x01a\xff\xff\xff\xff"
-            b"\x00\x00\x00\x02\xc3\xbc\x00\x00\x00\x02xy")
-    assert stream_writer.decode_headers(blob) == [("a", b""), ("a", None), ("ü", b"xy")]
-    assert stream_writer.decode_headers(b"") == []
-
-
 
 def test_every_seat_of_a_batch_is_claimed_once_whichever_worker_runs_which_task(tmp_path: Path) -> None:
     claims = tmp_path / "seats-b1"

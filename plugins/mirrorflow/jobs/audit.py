@@ -408,6 +408,25 @@ def target_copies(spark: Any, link: FlowLink, planned: Sequence[SourceRange]) ->
             .where("offset >= range_start AND offset < range_end").drop("range_start", "range_end"))
 
 
+def copied_intervals(spark: Any, link: FlowLink, planned: Sequence[SourceRange]
+                     ) -> dict[tuple[str, int], list[tuple[int, int]]]:
+    """Per source partition, the offsets of the ranges that have a copy on the target (target_copies), as ascending
+    [from, until) intervals: consecutive offsets are numbered in one island (offset minus its rank)."""
+    copies = target_copies(spark, link, planned)
+    if copies is None:
+        return {}
+    from pyspark.sql.functions import expr
+
+    rows = (copies.select("topic", "partition", "offset").distinct()
+            .selectExpr("*", "offset - row_number() OVER (PARTITION BY topic, partition ORDER BY offset) AS island")
+            .groupBy("topic", "partition", "island").agg(expr("min(offset) AS first"), expr("count(*) AS copies"))
+            .collect())
+    out: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in sorted(rows, key=lambda r: (r["topic"], r["partition"], r["first"])):
+        out.setdefault((r["topic"], r["partition"]), []).append((r["first"], r["first"] + r["copies"]))
+    return out
+
+
 def _attributed(spark: Any, link: FlowLink, floors: Mapping[tuple[str, int], int]) -> Any:
     """Every record of the remote partitions from their floors on that this flow's provenance attributes to a
     source record: its `topic`, `partition`, `offset`, the copy's `key`, `value`, `timestamp`, its own `headers`

@@ -1,9 +1,10 @@
 """Backfill: copy a bounded source range to the target once, with the stream's fidelity.
 
-The records go through the stream's own writer (stream_writer.py): same partition, key, value, headers and
-timestamp, a provenance header, source order within each partition. What the target already holds is skipped:
-a Spark anti-join removes every source offset that this hop's provenance header attributes to a copy on the
-target (the audit's attribution), so a second run over the same range writes nothing.
+The records go through the stream's own copier and writer (spark/copier, spark/stream_writer): same partition,
+key, value, headers and timestamp, a provenance header, source order within each partition, no record through the
+JVM. What the target already holds is skipped: every source offset that this hop's provenance header attributes to
+a copy on the target (the audit's attribution, read by Spark) is left out of the ranges read or skipped by the
+writer (batch_plan P5), so a second run over the same range writes nothing.
 
 Hand-over with the stream, enforced rather than advised:
   - the backfill holds the flow's lease while it writes, so the stream cannot run at the same time (a running
@@ -34,10 +35,11 @@ from mirrorflow.jobs.ranges import SourceRange, Window
 from mirrorflow.kafka import admin_sync, flow_lease
 from mirrorflow.kafka.flow_lease import FlowLease
 from mirrorflow.kafka.link import FlowLink
+from mirrorflow.rules import batch_plan
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
-from mirrorflow.spark import spark_session
-from mirrorflow.spark.stream_writer import INPUT_COLUMNS, SUMMARY_DDL, WriterSpec, mirror_partitions
+from mirrorflow.spark import copier, spark_session
+from mirrorflow.spark.stream_writer import SUMMARY_DDL, WriterSpec
 
 log = logging.getLogger(__name__)
 SEED, REPAIR = "seed", "repair"
@@ -177,7 +179,8 @@ class _Holding:
 
 def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
            ) -> dict[tuple[str, int], dict[str, Any]]:
-    """Write every source record of the jobs the target does not hold; the writer's summary per partition."""
+    """Write every source record of the jobs the target does not hold, with the stream's copier (one task per
+    slot, no record through the JVM); the writer's summary per partition."""
     todo = [j for j in jobs if j.size > 0]
     if not todo:
         return {}
@@ -186,20 +189,24 @@ def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
     admin_sync.ensure_remote_topics(flow, link.source_admin, link.target_admin,
                                     {j.topic: counts[j.topic] for j in todo})
     spark = spark or spark_session.build(f"mirrorflow backfill {flow.name}", master)
-    records = audit.source_records(spark, link, todo)
-    copies = audit.target_copies(spark, link, todo)
-    if copies is not None:
-        records = records.join(copies.select("topic", "partition", "offset"), ["topic", "partition", "offset"],
-                               "left_anti")
+    copied = audit.copied_intervals(spark, link, todo)
+    starts, ends = {}, {}
+    for j in todo:
+        tp = (j.topic, j.partition)
+        span = batch_plan.uncovered_span(j.start, j.end, copied.get(tp, ()))
+        if span is not None:
+            starts[tp], ends[tp] = span
+    slots = batch_plan.slot_ranges(starts, ends, spark.sparkContext.defaultParallelism)
+    if not slots:
+        return {}
     # At-least-once, the backfill's records are idempotent, not fenced: it holds the lease, no stream writes.
     spec = WriterSpec.of(
         link, remote={j.topic: j.remote for j in todo}, upstream_next={}, downstream_next={},
         ends={(j.topic, j.partition): j.end for j in todo}, provenance=True, transactional=link.exactly_once,
-        replay=True, unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None))
-    tasks = max(1, min(len(todo), spark.sparkContext.defaultParallelism * 2))
-    rows = (records.repartition(tasks, "topic", "partition").sortWithinPartitions("topic", "partition", "offset")
-            .selectExpr(*INPUT_COLUMNS).mapInArrow(functools.partial(mirror_partitions, spec), SUMMARY_DDL)
-            .collect())
+        replay=True, unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None),
+        copied={tp: tuple(c) for tp, c in copied.items() if tp in starts}, fenced=time.time_ns())
+    rows = (spark.range(len(slots), numPartitions=len(slots))
+            .mapInArrow(functools.partial(copier.copy_slots, spec, slots), SUMMARY_DDL).collect())
     return {(r["topic"], r["partition"]): r.asDict() for r in rows}
 
 

@@ -12,12 +12,15 @@ Policy only, no I/O: the stream's source (spark/range_source) asks the clusters 
       crash is planned exactly as it was. Every partition with from < until lies in exactly one slot, and each
       slot's records are within one range of an even share.
   P4  Offsets as JSON (`encode`) have their topics and partitions in sorted order: Spark compares them as text.
+  P5  A backfill reads, per partition, the smallest range holding every offset of its request the target has no
+      copy of (`uncovered_span`), and writes none of those it has (`uncovered`): offsets are written at most once.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 TopicPartition = tuple[str, int]
@@ -88,3 +91,31 @@ def encode(offsets: Offsets) -> dict[str, dict[str, int]]:
 
 def decode(offsets: Mapping[str, Mapping[str, int]] | None) -> dict[TopicPartition, int]:
     return {(topic, int(p)): int(o) for topic, parts in (offsets or {}).items() for p, o in parts.items()}
+
+
+Intervals = Sequence[tuple[int, int]]  # [from, until) offset intervals, ascending and disjoint
+
+
+def uncovered_span(start: int, end: int, covered: Intervals) -> tuple[int, int] | None:
+    """The smallest [from, until) holding every offset of [start, end) outside `covered` (P5); None if none is."""
+    lo, hi = start, end
+    for a, b in covered:  # ascending: the first intervals can only raise `lo`
+        if a <= lo < b:
+            lo = b
+    for a, b in reversed(covered):  # descending: the last ones can only lower `hi`
+        if a < hi <= b:
+            hi = a
+    return (lo, hi) if lo < hi else None
+
+
+def uncovered(offsets: Sequence[int], lo: int, covered: Intervals) -> list[int]:
+    """The indexes from `lo` on of the ascending `offsets` that fall in no interval of `covered` (P5)."""
+    out: list[int] = []
+    at = lo
+    for a, b in covered:
+        first = max(at, bisect.bisect_left(offsets, a))
+        out.extend(range(at, first))
+        at = max(at, bisect.bisect_left(offsets, b))
+    out.extend(range(at, len(offsets)))
+    return out
+

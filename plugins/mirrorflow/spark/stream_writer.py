@@ -1,12 +1,11 @@
 """The executor side of the stream: writes one task's records to the target.
 
-The stream's copier (spark/copier) hands it runs of one source partition's records, in offset order; the
-backfill hands it Spark's Kafka source rows through `mapInArrow` (mirror_partitions). This module produces
-those records with confluent-kafka (partition, key, value, headers and timestamp kept; a provenance header
-appended), waits until the target acknowledged every one (a delivery report each, or under transactions the
-commit: see _PartitionWrite), then records each partition's position in the offset syncs (with the batch's
-first record, so a reader sees a replay at once); the driver turns the summaries into anchors.
-It yields one summary row per source partition for the driver's progress and metrics.
+The copier (spark/copier: the stream's micro-batches, a backfill's ranges) hands it runs of one source partition's
+records, in offset order. This module produces those records with confluent-kafka (partition, key, value, headers
+and timestamp kept; a provenance header appended), waits until the target acknowledged every one (a delivery
+report each, or under transactions the commit: see _PartitionWrite), then records each partition's position in
+the offset syncs (with the batch's first record, so a reader sees a replay at once); the driver turns the
+summaries into anchors. It yields one summary row per source partition for the driver's progress and metrics.
 
 Delivery (`spec.transactional`: exactly-once, and at-least-once unless `mirrorflow.records.fenced = false`):
   transactional  a task's records and its partitions' offset syncs are committed in one transaction.
@@ -51,7 +50,7 @@ from mirrorflow.errors import ConfigError, MirrorError, OperationalError
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSuperseded
 from mirrorflow.kafka.link import FlowLink
-from mirrorflow.rules import digests, provenance
+from mirrorflow.rules import batch_plan, digests, provenance
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import Position
 from mirrorflow.spark.schemas import ddl
@@ -60,18 +59,6 @@ from mirrorflow.status import metrics
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-_LENGTH = "unhex(lpad(hex({}), 8, '0'))"  # a 4-byte big-endian length
-# A record's headers as one binary value (None when it has none), encoded in the JVM: Arrow's list-of-struct
-# column cost Spark's Arrow writer about 9 of its 21 CPU ms per 1,000 records (its size check re-counts the list
-# on every row), a flat binary column next to nothing. Each header is a 4-byte key length, the UTF-8 key, then
-# 0xFFFFFFFF for a null value or a 4-byte length and the value (decode_headers reads it back).
-HEADERS_SQL = (
-    "CASE WHEN coalesce(size(headers), 0) <= 0 THEN CAST(NULL AS BINARY) ELSE aggregate(headers, X'', (encoded, h) -> "
-    f"concat(encoded, {_LENGTH.format('octet_length(h.key)')}, encode(h.key, 'UTF-8'), CASE WHEN h.value IS NULL "
-    f"THEN X'FFFFFFFF' ELSE concat({_LENGTH.format('length(h.value)')}, h.value) END)) END"
-)
-INPUT_COLUMNS = ("topic", "partition", "offset", "key", "value", f"{HEADERS_SQL} AS headers",
-                 "unix_millis(timestamp) AS ts", f"{digests.RECORD_DIGEST} AS digest")
 # The summary row a task yields per source partition, as Arrow; Spark is told the same columns (SUMMARY_DDL).
 SUMMARY = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()), ("records", pa.int64()),
@@ -140,6 +127,9 @@ class WriterSpec:
     reads_committed: bool = False
     # A local master's stream: the batch's own name, under which its tasks claim writer seats (writer_seat).
     batch_key: str | None = None
+    # A backfill's: per source partition, the offsets the target holds a copy of ([from, until) intervals,
+    # ascending): skipped, never written again (batch_plan P5). Bound: the ranges' copied stretches.
+    copied: Mapping[TopicPartition, tuple[tuple[int, int], ...]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
@@ -184,12 +174,6 @@ class PassedOver:
 
     from_offset: int
     until_offset: int
-
-
-def mirror_partitions(spec: WriterSpec, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body over Spark's Kafka source rows (INPUT_COLUMNS): mirror every record of the task, then yield
-    one summary row per source partition. Records are produced as Arrow batches arrive."""
-    yield from mirror_runs(spec, (run for batch in batches for run in _by_partition(batch)))
 
 
 def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap]]
@@ -323,25 +307,6 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
                                f"{exc.args[0].str()}") from None
     producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
     return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).row() for w in writes]
-
-
-def _by_partition(batch: pa.RecordBatch) -> Iterator[tuple[TopicPartition, Run]]:
-    """The batch cut into runs of one source partition each, in order."""
-    if batch.num_rows == 0:
-        return
-    topics = batch.column("topic").to_pylist()
-    parts = batch.column("partition").to_pylist()
-    start = 0
-    for i in range(1, batch.num_rows + 1):
-        if i == batch.num_rows or topics[i] != topics[start] or parts[i] != parts[start]:
-            yield (topics[start], parts[start]), _arrow_run(batch.slice(start, i - start))
-            start = i
-
-
-def _arrow_run(part: pa.RecordBatch) -> Run:
-    return Run(part.column("offset").to_pylist(), part.column("key").to_pylist(), part.column("value").to_pylist(),
-               _headers(part.column("headers")), part.column("ts").to_numpy(zero_copy_only=False),
-               part.column("digest").to_numpy(zero_copy_only=False))
 
 
 class _Summary:
@@ -485,17 +450,19 @@ class _PartitionWrite:
         headers = part.headers
         # Offsets ascend in a run: those below the position are in the target already.
         lo = bisect.bisect_left(offsets, self.upstream_next)
-        summary.skipped += lo
-        refused = [i for i in range(lo, n) if headers[i] and provenance.returns_to(headers[i], spec.target, remote)
+        copied = spec.copied.get(self.tp)
+        todo = range(lo, n) if not copied else batch_plan.uncovered(offsets, lo, copied)
+        summary.skipped += n - len(todo)
+        refused = [i for i in todo if headers[i] and provenance.returns_to(headers[i], spec.target, remote)
                    ] if any(headers) else []
         if refused:
             if summary.first_refused is None:
                 summary.first_refused = offsets[refused[0]]
             summary.refused += len(refused)
             skip = set(refused)
-            writes = [i for i in range(lo, n) if i not in skip]
+            writes = [i for i in todo if i not in skip]
         else:
-            writes = list(range(lo, n))
+            writes = list(todo)
         if writes:
             self._produce_run(part, writes)
         if not self.halted[0]:
@@ -746,34 +713,6 @@ def _leader(producer: Producer, write: _PartitionWrite) -> str:
     return f"leader broker {part.leader}, in sync {len(part.isrs)} of {len(part.replicas)} replicas" + (
         f" ({part.error.str()})" if part.error else ": the leader is up, so a quota, a full disk or too few "
                                                      "in-sync replicas hold the writes (its log says which)")
-
-
-def _headers(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
-    """Each record's headers from the HEADERS_SQL column, in order (None: it has none)."""
-    if column.null_count == len(column):
-        return [None] * len(column)
-    return [None if blob is None else decode_headers(blob) for blob in column.to_pylist()]
-
-
-_NULL_VALUE = 0xFFFFFFFF
-
-
-def decode_headers(blob: bytes) -> list[tuple[str, bytes | None]]:
-    """The headers HEADERS_SQL encoded, in order, duplicates kept; a null value stays None, an empty one b""."""
-    out: list[tuple[str, bytes | None]] = []
-    at, end = 0, len(blob)
-    while at < end:
-        size = int.from_bytes(blob[at:at + 4], "big")
-        key = blob[at + 4:at + 4 + size].decode()
-        at += 4 + size
-        size = int.from_bytes(blob[at:at + 4], "big")
-        if size == _NULL_VALUE:
-            out.append((key, None))
-            at += 4
-        else:
-            out.append((key, blob[at + 4:at + 4 + size]))
-            at += 4 + size
-    return out
 
 
 _LARGE_RECORD_BYTES = 4096
