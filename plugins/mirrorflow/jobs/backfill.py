@@ -39,7 +39,7 @@ from mirrorflow.rules import batch_plan
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
 from mirrorflow.spark import copier, spark_session
-from mirrorflow.spark.stream_writer import SUMMARY_DDL, WriterSpec
+from mirrorflow.spark.stream_writer import WriterSpec
 
 log = logging.getLogger(__name__)
 SEED, REPAIR = "seed", "repair"
@@ -205,9 +205,9 @@ def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
         ends={(j.topic, j.partition): j.end for j in todo}, provenance=True, transactional=link.exactly_once,
         replay=True, unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None),
         copied={tp: tuple(c) for tp, c in copied.items() if tp in starts}, fenced=time.time_ns())
-    rows = (spark.range(len(slots), numPartitions=len(slots))
-            .mapInArrow(functools.partial(copier.copy_slots, spec, slots), SUMMARY_DDL).collect())
-    return {(r["topic"], r["partition"]): r.asDict() for r in rows}
+    rows = (spark.sparkContext.range(len(slots), numSlices=len(slots))
+            .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect())
+    return {(r["topic"], r["partition"]): r for r in rows}
 
 
 def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],

@@ -64,7 +64,7 @@ from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release, Writers
 from mirrorflow.spark import copier, offset_log, range_source, spark_session, stream_writer
-from mirrorflow.spark.stream_writer import SUMMARY_DDL, WriterSpec
+from mirrorflow.spark.stream_writer import WriterSpec
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -685,10 +685,8 @@ class _Driver:
         slots = batch_plan.slot_ranges(self._batch_starts(batch_id), ends, self.query_slots)
         writing = time.monotonic()
         try:
-            rows = [r.asDict(recursive=True) for r in
-                    self.spark.range(len(slots), numPartitions=len(slots))
-                    .mapInArrow(functools.partial(copier.copy_slots, spec, slots), SUMMARY_DDL).collect()
-                    ] if slots else []
+            rows = (self.spark.sparkContext.range(len(slots), numSlices=len(slots))
+                    .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect()) if slots else []
         finally:
             stream_writer.drop_seat_claims(spec)
         written = time.monotonic()

@@ -1,7 +1,7 @@
 """The stream's data path on the executors: a task slot's source ranges copied consumer to producer in librdkafka.
 
 Spark plans the micro-batches (spark/range_source: the end offsets, in its offset log); the driver cuts each into
-ranges per task slot (rules/batch_plan) and runs `copy_slots` as a `mapInArrow` over one row per slot. It reads
+ranges per task slot (rules/batch_plan) and runs `copy_slots` as a Python RDD job, one task per slot. It reads
 each range with a librdkafka consumer kept by the Python worker (connections, metadata and fetch sessions survive
 from one micro-batch to the next) and hands runs of records to the stream writer, which produces them and yields
 one summary row per source partition. No record crosses into the JVM.
@@ -16,12 +16,12 @@ one summary row per source partition. No record crosses into the JVM.
       naming the partitions.
   C4  The partitions a task read stay assigned to its worker's consumer, which goes on prefetching them; the next
       task of that worker keeps a partition only if its next record (held, or to be fetched) is exactly where
-      its new range starts, and assigns every other one afresh at its range's start (a paused one resumed
-      first: librdkafka keeps a partition paused across assignments).
+      its new range starts, and assigns every other one afresh at its range's start.
   C5  An end-of-partition event at or past a range's end closes it: every record below was dequeued (a range of
       transaction markers only has no record to wait for).
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
-a partition is paused once HELD_MAX records are held past the ranges' ends (what was queued by then is held too).
+while a task reads, a partition is parked (unassigned, its held records and position kept) once HELD_MAX records are
+held past the ranges' ends, and assigned again at its position when the task has read its ranges.
 """
 
 from __future__ import annotations
@@ -31,11 +31,10 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from mirrorflow.errors import MirrorError
@@ -50,10 +49,13 @@ _CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at
 _CONSUME_WAIT_S = 0.01  # consume() waits this long to fill its batch: a nearly-done range must not wait
 
 # Tuning the source's `consumer.*` settings may change; C1-C2 rest on the fixed ones.
-# A range ends where the batch does, and what librdkafka prefetches past it is dropped when the partition is
-# unassigned: `queued.min.messages` (100,000 per partition by default) keeps that to a few fetches.
-_CONSUMER_TUNING = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 1, "queued.max.messages.kbytes": 65_536,
-                    "queued.min.messages": 2_000, "fetch.message.max.bytes": 8_388_608}
+# A range ends where the batch does; what librdkafka prefetches past it stays queued while the partition stays with
+# the worker (C4), up to `queued.min.messages` per partition (100,000 by default) and the queue's size in all.
+# `fetch.min.bytes` with `fetch.wait.max.ms`: at a trickle a fetch waits up to 25 ms to fill, not one per produce
+# request (the source broker took a core at 5,000 records/s with the minimum at 1 byte and the wait at 10 ms).
+_CONSUMER_TUNING = {"fetch.wait.max.ms": 25, "fetch.min.bytes": 262_144, "fetch.queue.backoff.ms": 1,
+                    "queued.max.messages.kbytes": 65_536, "queued.min.messages": 10_000,
+                    "fetch.message.max.bytes": 8_388_608}
 _CONSUMER_FIXED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
                    "enable.partition.eof": True}
 _CONSUMER_DROPPED = {"group.id", "group.instance.id", "isolation.level", "partition.assignment.strategy"}
@@ -71,24 +73,18 @@ def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committe
             "isolation.level": "read_committed" if read_committed else "read_uncommitted"}
 
 
-def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], batches: Iterator[pa.RecordBatch]
-               ) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body over `spark.range(len(slots))` with one slot index per task (no Python worker reads for
-    Spark, so a task keeps one worker and its cached clients): copy that slot's ranges (a local stream's: the
-    ranges of the writer seat the task's worker takes, stream_writer.writer_seat), then yield the writer's summary
-    rows."""
-    own = [slot for batch in batches for slot in batch.column(0).to_pylist()]
+def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable[int]) -> Iterator[dict[str, Any]]:
+    """mapPartitions body over `sparkContext.range(len(slots))`, one slot index per task: copy that slot's ranges
+    (a local stream's: the ranges of the writer seat the task's worker takes, stream_writer.writer_seat), then
+    yield the writer's summary rows (stream_writer.SUMMARY's columns). A Python RDD job, not a DataFrame one: no
+    plan to analyse and no Arrow between the JVM and the worker (a trivial job: 23 ms against 63 here)."""
     uses = dict(cache_stats)
-    with _without_cycle_collection(), writer_seat(spec, len(slots), own) as seats:
+    with _without_cycle_collection(), writer_seat(spec, len(slots), list(own)) as seats:
         summaries = list(mirror_runs(spec, _runs(spec, [r for seat in seats for r in slots[seat]])))
-    for summary in summaries:
-        # The task's first row says whether it used its worker's consumer and whether it had to build it.
-        for column, key in (("consumer_inits", "misses"), ("consumer_uses", None)):
-            used = cache_stats[key] - uses[key] if key else sum(cache_stats.values()) - sum(uses.values())
-            if used and summary.num_rows:
-                values = pa.array([used] + [0] * (summary.num_rows - 1), pa.int64())
-                summary = summary.set_column(summary.schema.get_field_index(column), column, values)
-        yield summary
+    if summaries:  # the task's first row says whether it used its worker's consumer and whether it had to build it
+        summaries[0]["consumer_inits"] = cache_stats["misses"] - uses["misses"]
+        summaries[0]["consumer_uses"] = sum(cache_stats.values()) - sum(uses.values())
+    yield from summaries
 
 
 @contextlib.contextmanager
@@ -119,7 +115,9 @@ class _Reader:
         self.position: dict[tuple[str, int], int] = {}
         self.held: dict[tuple[str, int], list[Message]] = {}  # dequeued past a range's end; bound: HELD_MAX in all
         self.held_count = 0
-        self.paused: set[tuple[str, int]] = set()
+        # Unassigned while the task reads, to bound what it holds (not paused: librdkafka's fetcher noticed a resume
+        # only on its next wake-up, up to about 800 ms later when every partition was paused; an assignment at once).
+        self.parked: set[tuple[str, int]] = set()
         # Each assigned partition's end as its last end-of-partition event said: every record below it was
         # dequeued. An event is sent once per end, so it is kept for a next range of only markers (C5).
         self.eof: dict[tuple[str, int], int] = {}
@@ -132,7 +130,6 @@ class _Reader:
         """Keep the partitions whose next record is where their range starts; assign the others there."""
         keep = {tp for tp, r in read.items() if tp in self.position and self.next_offset(tp) == r.from_offset}
         self.release([tp for tp in self.position if tp not in keep])
-        self._resume([tp for tp in keep if tp in self.paused])
         new = [tp for tp in read if tp not in keep]
         if new:
             self.consumer.incremental_assign([TopicPartition(t, p, read[(t, p)].from_offset) for t, p in new])
@@ -143,8 +140,10 @@ class _Reader:
     def release(self, tps: list[tuple[str, int]]) -> None:
         if not tps:
             return
-        self._resume([tp for tp in tps if tp in self.paused])  # a paused partition would stay paused when assigned
-        self.consumer.incremental_unassign([TopicPartition(*tp) for tp in tps])
+        assigned = [TopicPartition(*tp) for tp in tps if tp not in self.parked]
+        self.parked.difference_update(tps)
+        if assigned:
+            self.consumer.incremental_unassign(assigned)
         for tp in tps:
             self.position.pop(tp, None)
             self.eof.pop(tp, None)
@@ -161,14 +160,17 @@ class _Reader:
     def hold(self, tp: tuple[str, int], ms: list[Message]) -> None:
         self.held.setdefault(tp, []).extend(ms)
         self.held_count += len(ms)
-        if self.held_count >= HELD_MAX and tp not in self.paused:
-            self.consumer.pause([TopicPartition(*tp)])
-            self.paused.add(tp)
+        if self.held_count >= HELD_MAX and tp not in self.parked:
+            self.consumer.incremental_unassign([TopicPartition(*tp)])
+            self.parked.add(tp)
 
-    def _resume(self, tps: list[tuple[str, int]]) -> None:
-        if tps:
-            self.consumer.resume([TopicPartition(*tp) for tp in tps])
-            self.paused.difference_update(tps)
+    def unpark(self) -> None:
+        """Assign the parked partitions again where their held records end: their fetches refill the prefetch queue
+        while the writer settles and between batches."""
+        if self.parked:
+            self.consumer.incremental_assign([TopicPartition(t, p, self.position[(t, p)])
+                                              for t, p in sorted(self.parked)])
+            self.parked.clear()
 
 
 def _reader(spec: WriterSpec) -> _Reader:
@@ -208,6 +210,7 @@ def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, in
     try:
         reader.prepare(read)
         yield from _read(spec, reader, read)
+        reader.unpark()
         clean = True
     finally:
         if not clean:

@@ -9,10 +9,8 @@ import sys
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from mirrorflow.model import paths
@@ -65,7 +63,10 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g", re
                # Spark's Kafka source drops a partition's consumer after 5 idle minutes; making a new one costs a
                # quarter to most of a second per partition, paid by the first micro-batch after a quiet spell.
                "spark.kafka.consumer.cache.timeout": "1h",
-               "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas"}
+               "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
+               # A task's hand-over to its Python worker over TCP waited about 45 ms for delayed ACKs (a trivial
+               # Python job: 105 ms over TCP, 61 over a Unix socket, here): a micro-batch pays it once per task.
+               "spark.python.unix.domain.socket.enabled": "true"}
     if not under_spark_submit():
         options |= {"spark.master": master, "spark.jars": ",".join(str(j) for j in kafka_jars()),
                     "spark.driver.memory": driver_memory, "spark.ui.enabled": "false"}
@@ -105,11 +106,7 @@ def _launch_jvm(options: dict[str, str]) -> None:
 def warm_python_workers(spark: SparkSession, tasks: int) -> None:
     """Start `tasks` Python workers (and their daemon) now, so that the first micro-batch finds them running
     instead of paying for their start-up; they stay for the next tasks while less than a minute idle."""
-    spark.range(tasks, numPartitions=tasks).mapInArrow(_pass_through, "id long").collect()
-
-
-def _pass_through(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    yield from batches
+    spark.sparkContext.parallelize(range(tasks), tasks).count()  # counted in Python workers, as the copier runs
 
 
 def _quiet(spark: SparkSession, logger: str) -> None:

@@ -53,13 +53,12 @@ from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import batch_plan, digests, provenance
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import Position
-from mirrorflow.spark.schemas import ddl
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-# The summary row a task yields per source partition, as Arrow; Spark is told the same columns (SUMMARY_DDL).
+# The summary row a task yields per source partition: its columns and their types.
 SUMMARY = pa.schema([
     ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()), ("records", pa.int64()),
     ("bytes", pa.int64()), ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()),
@@ -76,7 +75,6 @@ SUMMARY = pa.schema([
     ("digest_target_firsts", pa.list_(pa.int64())), ("gap_begins", pa.list_(pa.int64())),
     ("gap_ends", pa.list_(pa.int64())),
 ])
-SUMMARY_DDL = ddl(SUMMARY)
 # Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
 # the coordinator aborted (it outlived transaction.timeout.ms): the partition is stuck, not the flow broken.
 _STUCK = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -177,7 +175,7 @@ class PassedOver:
 
 
 def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap]]
-                ) -> Iterator[pa.RecordBatch]:
+                ) -> Iterator[dict[str, Any]]:
     """Mirror a task's runs of records (a partition's runs in offset order), then yield one summary row per source
     partition."""
     writes: dict[TopicPartition, _PartitionWrite] = {}
@@ -239,8 +237,7 @@ def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | Pas
     except BaseException:
         _discard(spec)
         raise
-    if rows:
-        yield pa.RecordBatch.from_pylist(rows, schema=SUMMARY)
+    yield from rows
 
 
 def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
