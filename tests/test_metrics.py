@@ -118,15 +118,16 @@ partition_runs = st.lists(st.tuples(st.lists(st.integers(0, 10_000), max_size=30
                                     st.integers(0, 10_000)), min_size=1, max_size=4)
 
 
-@given(partition_runs, st.integers(1, 10_000))
+@given(partition_runs, st.integers(1, 10_000), st.integers(0, int(metrics.PRODUCER_DELAY_S * 1000)))
 def test_every_record_created_before_mirrored_through_is_mirrored(runs: list[tuple[list[int], int, int]],
-                                                                  planned_ms: int) -> None:
+                                                                  planned_ms: int, delay_ms: int) -> None:
     # Per partition: record creation times (ms), how many of those the batch planned at `planned_ms` (and reading
-    # everything available) left unwritten (a paused partition), and when Spark last looked at the source end.
+    # everything available) left unwritten (a paused partition), and when Spark last looked at the source end;
+    # every record reaches the source `delay_ms` after its creation.
     parts, mirrored_counts, created = [], [], []
     for times, behind, seen_ms in runs:
         times = sorted(times)
-        planned = sum(1 for t in times if t < planned_ms)
+        planned = sum(1 for t in times if t + delay_ms < planned_ms)
         mirrored = max(planned - behind, 0)
         parts.append(metrics.PartitionMetrics(
             upstream_next=mirrored if times else None, source_end=max(sum(1 for t in times if t < seen_ms), planned),
@@ -144,7 +145,7 @@ def test_mirrored_through_is_unknown_before_a_complete_batch_and_holds_back_for_
     behind = metrics.PartitionMetrics(upstream_next=5, source_end=9, last_timestamp=4_000)
     level = metrics.PartitionMetrics(upstream_next=7, source_end=7, last_timestamp=6_000)
     assert metrics.mirrored_through([behind, level], None) is None
-    assert metrics.mirrored_through([level], 9.5) == 9.5
+    assert metrics.mirrored_through([level], 9.5) == 9.5 - metrics.PRODUCER_DELAY_S
     assert metrics.mirrored_through([behind, level], 9.5) == 4.0
 
 

@@ -73,6 +73,9 @@ def environment(project: Path, config_path: Path) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(port()),
         "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port()}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port()}/execution/",
+        # On a busy 2-core host the API server took 6.8 s to move a starting task to running; the task's retry
+        # after the default 5 s was refused (already running) and the task killed: a failed run on the first page.
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         "MIRRORFLOW_CONFIG": str(config_path),
         "MIRRORFLOW_HOME": str(paths.home()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),

@@ -9,9 +9,11 @@ Invariants, each tested:
   A. a merged distribution has the count, total, min and max of all its parts;
   B. the p99 estimate is an upper bound of the true p99 and at most one bucket above it;
   C. every source record created before `mirrored-through` (wall clock) is mirrored, for partitions whose
-     record timestamps (CreateTime) do not go backwards: a batch that read all its partitions had to its ends
-     was planned after the batch before it was folded in, and a partition still behind is mirrored up to
-     its newest mirrored record's timestamp.
+     record timestamps (CreateTime) do not go backwards and whose records reach the source within
+     PRODUCER_DELAY_S of their CreateTime: a batch that read all its partitions had to its ends was planned
+     after the batch before it was folded in (less PRODUCER_DELAY_S: a record created just before was still
+     on its way; the DR drill saw one arrive 94 ms late on a busy host), and a partition still behind is
+     mirrored up to its newest mirrored record's timestamp.
 """
 
 from __future__ import annotations
@@ -132,6 +134,9 @@ class PartitionMetrics:
         return max(now - self.last_timestamp / 1000.0, 0.0)
 
 
+PRODUCER_DELAY_S = 1.0  # invariant C: how long after its CreateTime a record is taken to be in the source's log
+
+
 def mirrored_through(partitions: Iterable[PartitionMetrics], planned_after: float | None) -> float | None:
     """The wall time before which every record of these partitions was mirrored (invariant C); None: unknown.
 
@@ -139,7 +144,7 @@ def mirrored_through(partitions: Iterable[PartitionMetrics], planned_after: floa
     available when Spark planned it (it did not hit the per-batch cap), else None."""
     if planned_after is None:
         return None
-    through = planned_after
+    through = planned_after - PRODUCER_DELAY_S
     for m in partitions:
         if m.upstream_next is None or m.lag_records == 0:
             continue
