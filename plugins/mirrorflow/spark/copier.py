@@ -47,13 +47,14 @@ log = logging.getLogger(__name__)
 STALL_S = 120.0  # as long as Spark's Kafka source waits for a poll (spark.network.timeout)
 _CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at once
 _CONSUME_WAIT_S = 0.01  # consume() waits this long to fill its batch: a nearly-done range must not wait
+_LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0  # new topics asked for one by one, more in one request for all
 
 # Tuning the source's `consumer.*` settings may change; C1-C2 rest on the fixed ones.
 # A range ends where the batch does; what librdkafka prefetches past it stays queued while the partition stays with
 # the worker (C4), up to `queued.min.messages` per partition (100,000 by default) and the queue's size in all.
 # `fetch.min.bytes` with `fetch.wait.max.ms`: at a trickle a fetch waits up to 25 ms to fill, not one per produce
 # request (the source broker took a core at 5,000 records/s with the minimum at 1 byte and the wait at 10 ms).
-_CONSUMER_TUNING = {"fetch.wait.max.ms": 25, "fetch.min.bytes": 262_144, "fetch.queue.backoff.ms": 1,
+_CONSUMER_TUNING = {"fetch.min.bytes": 262_144, "fetch.queue.backoff.ms": 1,
                     "queued.max.messages.kbytes": 65_536, "queued.min.messages": 10_000,
                     "fetch.message.max.bytes": 8_388_608}
 _CONSUMER_FIXED = {"enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
@@ -65,11 +66,33 @@ HELD_MAX = 20_000  # records a worker holds past its ranges' ends, all partition
 cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses reach the driver: consumer_inits)
 
 
-def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committed: bool) -> dict[str, Any]:
-    """The copier's librdkafka consumer settings: the source's consumer settings over its fetch defaults, under what
-    C1 and C2 rest on. The group id is only a name: the consumer assigns partitions, it never joins a group."""
+# librdkafka has no incremental fetch sessions (KIP-227): every fetch names each assigned partition and the broker
+# reads each one, so an idle consumer of 600 partitions fetching every 25 ms kept the source broker 0.47 core busy.
+# The wait grows with the partitions so that an idle consumer asks for at most this many partition reads a second.
+IDLE_PARTITION_READS_PER_S = 2_400
+FETCH_WAIT_MS = (25, 500)  # the wait's bounds: at a trickle a fetch waits up to this long to fill
+
+
+def fetch_wait_ms(partitions: int) -> int:
+    """`fetch.wait.max.ms` for a consumer of `partitions` partitions: within FETCH_WAIT_MS, idle partition reads
+    at most IDLE_PARTITION_READS_PER_S, rounded up to a power-of-two multiple of the lower bound (a worker's
+    consumer is rebuilt only when its partitions move it a step up)."""
+    low, high = FETCH_WAIT_MS
+    wanted = 1000 * max(partitions, 1) / IDLE_PARTITION_READS_PER_S
+    wait = low
+    while wait < wanted and wait < high:
+        wait *= 2
+    return min(wait, high)
+
+
+def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committed: bool,
+                    partitions: int = 1) -> dict[str, Any]:
+    """The copier's librdkafka consumer settings for `partitions` partitions: the source's consumer settings over
+    its fetch defaults, under what C1 and C2 rest on. The group id is only a name: the consumer assigns partitions,
+    it never joins a group."""
     tuned = {k: v for k, v in source_settings.items() if k not in _CONSUMER_DROPPED}
-    return {**_CONSUMER_TUNING, **tuned, **_CONSUMER_FIXED, "group.id": f"mirrorflow-copier-{flow}",
+    return {**_CONSUMER_TUNING, "fetch.wait.max.ms": fetch_wait_ms(partitions), **tuned, **_CONSUMER_FIXED,
+            "group.id": f"mirrorflow-copier-{flow}",
             "isolation.level": "read_committed" if read_committed else "read_uncommitted"}
 
 
@@ -108,9 +131,10 @@ class _Reader:
     """A worker's source consumer and what it keeps between tasks (C4): the partitions it read stay assigned, so
     that a next batch continuing a partition finds its records fetched already."""
 
-    def __init__(self, consumer: Consumer, epoch: int) -> None:
+    def __init__(self, consumer: Consumer, epoch: int, fetch_wait_ms: int) -> None:
         self.consumer = consumer
         self.epoch = epoch  # the driver's fencing it serves: a new query (restart, new checkpoint) starts afresh
+        self.fetch_wait_ms = fetch_wait_ms
         # Bound: the partitions of this worker's last ranges. Each one's offset after the last record dequeued.
         self.position: dict[tuple[str, int], int] = {}
         self.held: dict[tuple[str, int], list[Message]] = {}  # dequeued past a range's end; bound: HELD_MAX in all
@@ -121,6 +145,7 @@ class _Reader:
         # Each assigned partition's end as its last end-of-partition event said: every record below it was
         # dequeued. An event is sent once per end, so it is kept for a next range of only markers (C5).
         self.eof: dict[tuple[str, int], int] = {}
+        self.topics: set[str] = set()  # whose leaders it asked for; bound: the topics of the flow
 
     def next_offset(self, tp: tuple[str, int]) -> int:
         held = self.held.get(tp)
@@ -136,6 +161,21 @@ class _Reader:
             for tp in new:
                 self.position[tp] = read[tp].from_offset
                 self.eof.pop(tp, None)
+            self._learn_leaders(sorted({t for t, _ in new} - self.topics))
+
+    def _learn_leaders(self, topics: list[str]) -> None:
+        """Ask for the leaders of topics this consumer has not read before: librdkafka asks only on its one-second
+        scan, so a new topic's first fetch waited about a second (a batch's first record 1,000 ms after its
+        assignment; 14-89 ms with the request)."""
+        if not topics:
+            return
+        with contextlib.suppress(KafkaException):  # its own scan asks again within a second
+            if len(topics) <= _LEADER_REQUESTS_MAX:
+                for topic in topics:
+                    self.consumer.list_topics(topic, timeout=_LEADER_WAIT_S)
+            else:
+                self.consumer.list_topics(timeout=_LEADER_WAIT_S)
+        self.topics.update(topics)
 
     def release(self, tps: list[tuple[str, int]]) -> None:
         if not tps:
@@ -173,15 +213,17 @@ class _Reader:
             self.parked.clear()
 
 
-def _reader(spec: WriterSpec) -> _Reader:
+def _reader(spec: WriterSpec, partitions: int) -> _Reader:
     reader = _READERS.get(spec.flow)
-    if reader is not None and reader.epoch != spec.fenced:
+    config = consumer_config(spec.source_consumer_settings, spec.flow, spec.reads_committed, partitions)
+    wait = int(config["fetch.wait.max.ms"])
+    # The wait only grows: a batch with fewer partitions holding records does not rebuild the consumer.
+    if reader is not None and (reader.epoch != spec.fenced or reader.fetch_wait_ms < wait):
         _drop_reader(spec.flow)
         reader = None
     if reader is None:
         cache_stats["misses"] += 1
-        consumer = Consumer(consumer_config(spec.source_consumer_settings, spec.flow, spec.reads_committed))
-        reader = _READERS[spec.flow] = _Reader(consumer, spec.fenced)
+        reader = _READERS[spec.flow] = _Reader(Consumer(config), spec.fenced, wait)
     else:
         cache_stats["hits"] += 1
     return reader
@@ -205,7 +247,7 @@ def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, in
             yield tp, PassedOver(r.from_offset, r.until_offset)
     if not read:
         return
-    reader = _reader(spec)
+    reader = _reader(spec, len(read))
     clean = False
     try:
         reader.prepare(read)
