@@ -1,4 +1,4 @@
-"""The stream's batch planning (rules/batch_plan): admission and task-slot ranges, invariants P1-P4."""
+"""The stream's batch planning (rules/batch_plan): admission and task-slot ranges, invariants P1-P4 and P6."""
 
 from __future__ import annotations
 
@@ -17,13 +17,28 @@ def test_a_batch_reads_everything_available_when_under_the_cap() -> None:
 
 
 def test_the_cap_is_shared_in_proportion_to_each_partitions_backlog() -> None:
-    end = batch_plan.admit({A0: 0, A1: 0, B0: 0}, {A0: 900, A1: 100, B0: 0}, {}, 100)
-    assert end == {A0: 90, A1: 10, B0: 0}
+    end = batch_plan.admit({A0: 0, A1: 0, B0: 0}, {A0: 900_000, A1: 100_000, B0: 0}, {}, 100_000)
+    assert end == {A0: 90_000, A1: 10_000, B0: 0}
 
 
 def test_a_small_backlog_still_moves_under_a_large_one() -> None:
-    end = batch_plan.admit({A0: 0, A1: 0}, {A0: 1_000_000, A1: 1}, {}, 10)
-    assert end[A1] == 1 and end[A0] <= 10
+    end = batch_plan.admit({A0: 0, A1: 0}, {A0: 1_000_000, A1: 1}, {}, 100_000)
+    assert end[A1] == 1 and end[A0] <= 100_000
+
+
+def test_partitions_take_turns_when_the_cap_would_leave_each_only_a_few_records() -> None:
+    start = {("t", p): 0 for p in range(1200)}
+    latest = {("t", p): 833 for p in range(1200)}
+    first, second = (batch_plan.admit(start, latest, {}, 100_000, turn) for turn in (0, 1))
+    moved = [tp for tp in start if first[tp] > 0]
+    assert len(moved) == 120 and all(first[tp] == 833 for tp in moved)  # whole backlogs, not 83 records each
+    assert not {tp for tp in start if second[tp] > 0} & set(moved)
+
+
+def test_every_partition_moves_every_batch_while_the_cap_leaves_each_its_minimum_share() -> None:
+    start = {("t", p): 0 for p in range(12)}
+    end = batch_plan.admit(start, {("t", p): 1_000_000 for p in range(12)}, {}, 100_000, turn=5)
+    assert all(end[tp] == 8_333 for tp in start)
 
 
 def test_a_new_partition_ends_its_first_batch_at_its_log_start() -> None:
@@ -54,9 +69,14 @@ def test_admission_and_planning_keep_p1_and_p3(parts: dict[tuple[str, int], tupl
     latest = {tp: max(a, b) for tp, (a, b) in parts.items()}
     end = batch_plan.admit(start, latest, {}, cap)
     assert all(start[tp] <= end[tp] <= latest[tp] for tp in start)  # P1
-    backlogged = sum(1 for tp in start if latest[tp] > start[tp])
-    assert sum(end[tp] - start[tp] for tp in start) <= cap + backlogged
-    assert all(end[tp] > start[tp] for tp in start if latest[tp] > start[tp])
+    moved = sum(1 for tp in start if end[tp] > start[tp])
+    assert sum(end[tp] - start[tp] for tp in start) <= cap + moved
+    backlog = {tp: latest[tp] - start[tp] for tp in start if latest[tp] > start[tp]}
+    g = batch_plan.turns(backlog, cap)  # P6: any g consecutive turns move every backlogged partition
+    movers = [{tp for tp in backlog if batch_plan.admit(start, latest, {}, cap, t)[tp] > start[tp]}
+              for t in range(7, 7 + min(g, 40))]
+    assert g > 40 or set().union(*movers) == set(backlog)
+    assert g > 1 or all(end[tp] > start[tp] for tp in backlog)
     planned = batch_plan.slot_ranges(start, end, slots)
     assert planned == batch_plan.slot_ranges(dict(reversed(start.items())), dict(reversed(end.items())), slots)  # P3
     ranges = [r for rs in planned for r in rs]

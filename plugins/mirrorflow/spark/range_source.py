@@ -103,10 +103,11 @@ class RangeReader(DataSourceStreamReader):
         self._warned_until = 0.0
         self._latest: dict[tuple[str, int], int] | None = None
         self._missing_once: set[str] = set()
+        self._turn = 0  # batches planned since this reader began (P6: whose turn it is); restarts at 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"), "_warned_until": 0.0,
-                "_latest": None, "_missing_once": set()}
+                "_latest": None, "_missing_once": set(), "_turn": 0}
 
     @property
     def admin(self) -> AdminClient:
@@ -182,7 +183,10 @@ class RangeReader(DataSourceStreamReader):
             return start
         self._latest = latest
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        return batch_plan.encode(batch_plan.admit(begun, latest, log_starts, cap))
+        end = batch_plan.admit(begun, latest, log_starts, cap, self._turn)
+        if end != begun:
+            self._turn += 1  # a batch runs: the next one moves the next turn's partitions (P6)
+        return batch_plan.encode(end)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
         """The source's end offsets as last read (the query's progress shows them: the driver's lag)."""
