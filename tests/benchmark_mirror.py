@@ -11,7 +11,7 @@ Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; topic
                  Then mirrorflow's audit of the copy (source records compared per second).
   transactional  a 12-partition topic written in transactions of 4 records; both mirrors read_committed.
   exactly-once   the plain topic again, into an exactly-once target (MM2: exactly.once.source.support).
-  many           100 topics x 12 partitions, the same total volume (mirrorflow only), with its per-batch times.
+  many           100 topics x 12 partitions, the same total volume, with mirrorflow's per-batch times.
   wan            a WAN between the clusters: Toxiproxy in front of each, 25 ms each way (a 50 ms round trip); each
                  mirror runs beside the target (it reads across the WAN), then beside the source (it writes across
                  it). The same WAN tuning for both (WAN_TUNING: larger fetches and socket buffers,
@@ -169,6 +169,8 @@ def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
     return used
 
 
+STREAM_ARGS: list[str] = []  # --stream-args: more arguments for every mirrorflow stream (experiments)
+FLOW_PROPERTIES: list[str] = []  # --flow-properties: more lines for every mirrorflow properties file (experiments)
 BROKERS: dict[str, int] = {}  # "source broker" / "target broker": pid, set once the clusters are up
 
 
@@ -250,11 +252,15 @@ def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None)
                     seen.append(time.time() * 1000 - m.timestamp()[1])
         c.close()
 
+    # The backlog's writes reach the disk first, so that the kernel's writeback of them (30 s after they were
+    # written) does not fall into the measured phase.
+    os.sync()
     reader = threading.Thread(target=consume)
     reader.start()
     time.sleep(8)  # let the consumer join before measured records are produced
     p = Producer({"bootstrap.servers": f"127.0.0.1:{SRC}", "linger.ms": 1, **QUIET})
     values = payloads or [os.urandom(SIZE)]
+    print(f"latency {dst_topic}: {RATE:,} records/s from {time.time():.3f} (epoch s)", flush=True)
     start, sent = time.monotonic(), 0
     while time.monotonic() - start < LATENCY_S:
         due = int((time.monotonic() - start) * RATE)
@@ -271,6 +277,10 @@ def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None)
     reader.join()
     if len(seen) < sent * 0.99:
         raise SystemExit(f"latency phase: only {len(seen)} of {sent} records arrived")
+    # The p99 of each 5 s of arrivals: whether the tail is spread out or one spell (a start, a pause).
+    spells = [sorted(seen[i:i + 5 * RATE]) for i in range(0, len(seen), 5 * RATE)]
+    print(f"latency {dst_topic}: p99 per 5 s:", ", ".join(f"{s[int(len(s) * 0.99) - 1]:.0f}" for s in spells if s),
+          flush=True)
     seen.sort()
     return seen[len(seen) // 2], seen[int(len(seen) * 0.99) - 1]
 
@@ -394,6 +404,7 @@ def run_mirrorflow(work: Path, alias: str, topics: str, copies: list[str], recor
                    target: str = f"127.0.0.1:{DST}", payloads: list[bytes] | None = None) -> dict[str, float]:
     """One mirrorflow stream from source `alias` (a new remote topic per run); `extra` adds properties."""
     props = work / f"mirrorflow-{alias}.properties"
+    flow_properties = "".join(f"{line}\n" for line in FLOW_PROPERTIES)
     props.write_text(f"""clusters = {alias}, dst
 {alias}.bootstrap.servers = {source}
 dst.bootstrap.servers = {target}
@@ -401,11 +412,11 @@ dst.bootstrap.servers = {target}
 {alias}->dst.topics = {topics}
 replication.factor = 1
 offset-syncs.topic.replication.factor = 1
-{extra}""")
+{extra}{flow_properties}""")
     with open(work / f"mirrorflow-{alias}.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mirrorflow", "--config", str(props), "stream",
                                  "--flow", f"{alias}->dst", "--checkpoint", str(work / f"checkpoint-{alias}"),
-                                 "--metrics-port", str(METRICS_PORT)],
+                                 "--metrics-port", str(METRICS_PORT), *STREAM_ARGS],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return measure(proc, [f"{alias}.{t}" for t in copies], records, latency_topic, idle_s, alias, payloads)
 
@@ -559,7 +570,12 @@ def main() -> None:
     ap.add_argument("--skip-mm2", action="store_true", help="no MM2 runs (the ratios need them)")
     ap.add_argument("--wan-sides", default="target,source", help="where the mirrors run in the wan mode: beside the "
                     "target (reads cross the WAN), beside the source (writes cross it), or both")
+    ap.add_argument("--stream-args", default="", help="more arguments for `mirrorflow stream` (experiments)")
+    ap.add_argument("--flow-properties", default="", help="more properties for every mirrorflow flow, `;` between "
+                    "them (experiments)")
     args = ap.parse_args()
+    STREAM_ARGS.extend(args.stream_args.split())
+    FLOW_PROPERTIES.extend(line.strip() for line in args.flow_properties.split(";") if line.strip())
     modes = [m for m in args.modes.split(",") if m]
     if set(modes) - set(MODES):
         raise SystemExit(f"--modes: unknown {', '.join(sorted(set(modes) - set(MODES)))}")
@@ -633,6 +649,9 @@ def main() -> None:
                                "dst.exactly.once.source.support = enabled\n"))
         if "many" in modes:
             produce(many, args.records)
+            if not args.skip_mm2:
+                ran(f"MirrorMaker 2, {MANY_TOPICS} topics x {PARTITIONS} partitions", "many",
+                    run_mm2(mm2_jars, home, "mm2many", many, args.records))
             ran(f"mirrorflow, {MANY_TOPICS} topics x {PARTITIONS} partitions", "many",
                 run_mirrorflow(home, "srcmany", "many-.*", many, args.records))
         if wan:
