@@ -35,6 +35,14 @@ def test_partitions_take_turns_when_the_cap_would_leave_each_only_a_few_records(
     assert not {tp for tp in start if second[tp] > 0} & set(moved)
 
 
+def test_a_few_partitions_with_a_long_backlog_under_a_small_cap_each_move_in_turn() -> None:
+    start = {("t", p): 0 for p in range(8)}
+    latest = {("t", p): 3_000 for p in range(8)}
+    for turn in range(40):
+        end = batch_plan.admit(start, latest, {}, 500, turn)
+        assert [tp for tp in start if end[tp] > 0] == [("t", turn % 8)]
+
+
 def test_every_partition_moves_every_batch_while_the_cap_leaves_each_its_minimum_share() -> None:
     start = {("t", p): 0 for p in range(12)}
     end = batch_plan.admit(start, {("t", p): 1_000_000 for p in range(12)}, {}, 100_000, turn=5)
@@ -75,6 +83,7 @@ def test_admission_and_planning_keep_p1_and_p3(parts: dict[tuple[str, int], tupl
     g = batch_plan.turns(backlog, cap)  # P6: any g consecutive turns move every backlogged partition
     movers = [{tp for tp in backlog if batch_plan.admit(start, latest, {}, cap, t)[tp] > start[tp]}
               for t in range(7, 7 + min(g, 40))]
+    assert all(movers) or not backlog  # every turn moves a partition: a batch with a backlog is never empty
     assert g > 40 or set().union(*movers) == set(backlog)
     assert g > 1 or all(end[tp] > start[tp] for tp in backlog)
     planned = batch_plan.slot_ranges(start, end, slots)

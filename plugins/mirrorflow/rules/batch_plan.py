@@ -7,9 +7,9 @@ Policy only, no I/O: the stream's source (spark/range_source) asks the clusters 
       or truncated) ends there: the driver sees offsets go back in that batch, and no range is read for it.
   P6  When the cap would leave partitions less than MIN_SHARE records each, the backlogged partitions take turns
       (`turn`, one more each batch): G turns, G as small as lets each turn's partitions share the cap with about
-      MIN_SHARE each; turn t moves the partitions at positions i = t mod G in (topic, partition) order. Any G
-      consecutive turns move every backlogged partition (none starves); with the cap large enough, every one
-      moves every batch.
+      MIN_SHARE each, and at most one turn per backlogged partition; turn t moves the partitions at positions
+      i = t mod G in (topic, partition) order. Every turn moves a partition, any G consecutive turns move every
+      backlogged partition (none starves); with the cap large enough, every one moves every batch.
   P2  A partition first seen after the query began (no start) ends its first batch at its log start: it is
       read from there on, the way Kafka's own source starts a new partition at its earliest offset.
   P3  `slot_ranges` is a pure function of (start, end, slots): a batch replayed from the offset log after a
@@ -51,11 +51,12 @@ MIN_SHARE = 2_000
 
 
 def turns(backlog: Mapping[TopicPartition, int], max_records: int | None) -> int:
-    """G of P6: 1 when the cap leaves each backlogged partition MIN_SHARE records (or its whole backlog)."""
+    """G of P6: 1 when the cap leaves each backlogged partition MIN_SHARE records (or its whole backlog); never more
+    than the backlogged partitions, so that every turn moves one."""
     if max_records is None:
         return 1
     wanted = sum(min(size, MIN_SHARE) for size in backlog.values())
-    return max(1, math.ceil(wanted / max(max_records, 1)))
+    return max(1, min(len(backlog), math.ceil(wanted / max(max_records, 1))))
 
 
 def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int | None,
