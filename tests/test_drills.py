@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
@@ -164,11 +165,20 @@ def test_each_cluster_has_three_brokers_a_quorum_of_three_and_replicates_three_t
         admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
         assert len(admin.describe_cluster().result(30).nodes) == NODES
     _create("drill.shape")
+    # The broker that answers may not know the new topic yet (its metadata trails the controller's): asked again.
+    wait_for(lambda: _fully_replicated(SOURCE, "drill.shape"), 60, "three in-sync replicas")
     resource = ConfigResource(ResourceType.TOPIC, "drill.shape")
     admin = AdminClient({"bootstrap.servers": SOURCE, **QUIET})
-    settings = admin.describe_configs([resource])[resource].result(30)
+    settings: dict[str, Any] = {}
+
+    def described() -> bool:
+        try:
+            settings.update(admin.describe_configs([resource])[resource].result(30))
+        except KafkaException:
+            return False
+        return True
+    wait_for(described, 60, "the new topic's configs")
     assert settings["min.insync.replicas"].value == "2"
-    wait_for(lambda: _fully_replicated(SOURCE, "drill.shape"), 60, "three in-sync replicas")
 
 
 def test_a_delayed_link_adds_twice_the_one_way_latency_to_each_round_trip(site: Site) -> None:
