@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-DEFAULT_LIMIT = 255  # with the partition's position: 256 live offset-sync records per source partition
+DEFAULT_LIMIT = 255  # with its position and loss record: at most 257 live offset-sync records per source partition
 DEFAULT_SPACING = 0  # least target offsets between anchors near the head; 0: every batch's end, the bound thins
 
 
