@@ -86,8 +86,20 @@ class StreamProcess:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:
+    """Creates a topic and returns once the broker's metadata lists it with a leader for every partition."""
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic(topic, partitions, 1, config=configs)])[topic].result(30)
+    # The controller answers before every broker's metadata cache holds the topic: a listing right after the
+    # create can miss it (seen once in a clean-clone CI).
+    deadline = time.monotonic() + 30
+    while True:
+        found = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if (found is not None and found.error is None and len(found.partitions) == partitions
+                and all(p.leader >= 0 for p in found.partitions.values())):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{bootstrap}: topic {topic} not in the metadata 30 s after its creation")
+        time.sleep(0.05)
 
 
 def producer(bootstrap: str, **extra: Any) -> Producer:
