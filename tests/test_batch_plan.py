@@ -107,6 +107,16 @@ def test_a_partition_stays_with_its_slot_while_the_load_is_even() -> None:
         list(range(6)), list(range(6, 12))]
 
 
+def test_ends_read_earlier_plan_a_batch_only_while_they_hold_a_whole_batch_past_its_start() -> None:
+    start = {("a", 0): 100, ("a", 1): 0}
+    assert batch_plan.fills(start, {("a", 0): 150, ("a", 1): 50}, 100)
+    assert not batch_plan.fills(start, {("a", 0): 150, ("a", 1): 49}, 100)
+    assert not batch_plan.fills(start, {("a", 0): 10_000, ("a", 1): 10_000}, None)  # uncapped: fresh ends
+    # a partition whose offsets went back adds nothing; one the ends lack, or the start lacks, neither
+    assert not batch_plan.fills(start, {("a", 0): 0, ("a", 1): 99, ("b", 0): 500}, 100)
+    assert not batch_plan.fills(start, {("a", 1): 99}, 100)
+
+
 def test_offsets_encode_sorted_so_that_equal_offsets_compare_equal_as_text() -> None:
     one = batch_plan.encode({("b", 10): 1, ("a", 2): 5, ("a", 10): 7})
     other = batch_plan.encode({("a", 10): 7, ("b", 10): 1, ("a", 2): 5})

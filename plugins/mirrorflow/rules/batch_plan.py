@@ -10,6 +10,12 @@ Policy only, no I/O: the stream's source (spark/range_source) asks the clusters 
       MIN_SHARE each, and at most one turn per backlogged partition; turn t moves the partitions at positions
       i = t mod G in (topic, partition) order. Every turn moves a partition, any G consecutive turns move every
       backlogged partition (none starves); with the cap large enough, every one moves every batch.
+  P7  `fills`: a batch may be planned from end offsets read while the previous batch copied, when those ends
+      already hold at least `max_records` records past its start: the stream is a whole batch behind, so the
+      newest records would wait for a later batch anyway. Otherwise the ends are read afresh (a stream that keeps
+      up copies a record in the batch after it arrives). Ends read earlier are never past the partition's ends now
+      (offsets only grow; a topic re-created in between shows in the next fresh read, as one re-created right
+      after a read does).
   P2  A partition first seen after the query began (no start) ends its first batch at its log start: it is
       read from there on, the way Kafka's own source starts a new partition at its earliest offset.
   P3  `slot_ranges` is a pure function of (start, end, slots): a batch replayed from the offset log after a
@@ -88,6 +94,14 @@ def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int
         else:
             end[tp] = start[tp] + min(size, max(1, math.floor(max_records * size / moved)))
     return end
+
+
+def fills(start: Offsets, latest: Offsets, max_records: int | None) -> bool:
+    """P7: whether the partitions of `start` hold at least `max_records` records up to `latest` (never without a
+    cap: an uncapped batch takes every record, so it wants the newest ends)."""
+    if max_records is None:
+        return False
+    return sum(max(0, latest[tp] - at) for tp, at in start.items() if tp in latest) >= max_records
 
 
 def slot_ranges(start: Offsets, end: Offsets, slots: int) -> list[list[Range]]:

@@ -5,7 +5,9 @@ A PySpark Python data source (`pyspark.sql.datasource`). Its offsets are Kafka's
 `latestOffset` runs in the long-lived Python process Spark starts for
 the source, beside the driver: one metadata request every METADATA_REFRESH_S and one ListOffsets round trip per
 broker per trigger (the last stable offset when the flow reads committed records); admission control caps a batch
-at the flow's records per batch (batch_plan.admit). The driver cuts each batch into ranges per task slot and the
+at the flow's records per batch (batch_plan.admit). While the stream is a whole batch behind, the next trigger's
+ends are read while the batch copies (batch_plan P7): across a WAN the trigger no longer waits for the leaders'
+and the ends' round trips. The driver cuts each batch into ranges per task slot and the
 copier reads them (spark/copier), so no Python worker reads this source's rows for Spark; `partitions` and `read`
 give the same ranges (batch_plan.slot_ranges) to anyone who does.
 
@@ -28,6 +30,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -104,10 +107,13 @@ class RangeReader(DataSourceStreamReader):
         self._latest: dict[tuple[str, int], int] | None = None
         self._missing_once: set[str] = set()
         self._turn = 0  # batches planned since this reader began (P6: whose turn it is); restarts at 0
+        # P7: the next trigger's ends (and metadata, when due), being read
+        self._ahead: Future[tuple[dict[str, int] | None, dict[TopicPartition, int]]] | None = None
+        self._reading: ThreadPoolExecutor | None = None  # one thread: at most one read ahead at a time
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"), "_warned_until": 0.0,
-                "_latest": None, "_missing_once": set(), "_turn": 0}
+                "_latest": None, "_missing_once": set(), "_turn": 0, "_ahead": None, "_reading": None}
 
     @property
     def admin(self) -> AdminClient:
@@ -115,12 +121,14 @@ class RangeReader(DataSourceStreamReader):
             self._admin = AdminClient(dict(self.plan.admin_settings))
         return self._admin
 
-    def _partitions(self) -> list[TopicPartition]:
-        """The source partitions the pattern matches (metadata at most every METADATA_REFRESH_S)."""
-        if time.monotonic() - self._counts_at >= METADATA_REFRESH_S:
-            counts, _ = admin_sync.partition_counts(self.admin, self.plan.source)
+    def _partitions(self, counted: Mapping[str, int] | None = None) -> list[TopicPartition]:
+        """The source partitions the pattern matches (metadata at most every METADATA_REFRESH_S; `counted`: an
+        answer read ahead)."""
+        if counted is None and time.monotonic() - self._counts_at >= METADATA_REFRESH_S:
+            counted, _ = admin_sync.partition_counts(self.admin, self.plan.source)
+        if counted is not None:
             matches = re.compile(self.plan.pattern).fullmatch
-            found = {t: n for t, n in counts.items() if matches(t)}
+            found = {t: n for t, n in counted.items() if matches(t)}
             # S3: a topic drops out when two answers in a row lack it (one answer may miss a topic with an error).
             missing = set(self._counts) - set(found)
             kept = {t: self._counts[t] for t in missing - self._missing_once}
@@ -161,11 +169,34 @@ class RangeReader(DataSourceStreamReader):
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadAllAvailable() if self.plan.max_records is None else ReadMaxRows(self.plan.max_records)
 
+    def _read_ahead(self, tps: list[TopicPartition]) -> None:
+        """P7: read the ends the next trigger may plan from while this batch copies, and the metadata if it will be
+        due by then."""
+        if self._reading is None:
+            self._reading = ThreadPoolExecutor(1, thread_name_prefix=f"ends-{self.plan.flow}")
+        metadata_due = time.monotonic() + 1.0 - self._counts_at >= METADATA_REFRESH_S
+        self._ahead = self._reading.submit(self._answers, tps, metadata_due)
+
+    def _answers(self, tps: list[TopicPartition], metadata_due: bool
+                 ) -> tuple[dict[str, int] | None, dict[TopicPartition, int]]:
+        counted = admin_sync.partition_counts(self.admin, self.plan.source)[0] if metadata_due else None
+        return counted, self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
+
+    def _read_ahead_answers(self) -> tuple[dict[str, int] | None, dict[TopicPartition, int] | None]:
+        """What the read ahead found, if it is in (taken once): partition counts (None: not read) and ends."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None or not ahead.done() or ahead.exception() is not None:
+            return None, None
+        return ahead.result()
+
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
         begun = batch_plan.decode(start)
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
-            tps = self._partitions()
-            answered = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
+            counted, answered = self._read_ahead_answers()
+            tps = self._partitions(counted)
+            if answered is None or answered.keys() != set(tps) or not batch_plan.fills(begun, answered, cap):
+                answered = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
             present = set(tps)
             # A partition without a leader just now stays where it is; one whose topic is gone drops out.
             latest = {**{tp: o for tp, o in begun.items() if tp in present}, **answered}
@@ -182,10 +213,11 @@ class RangeReader(DataSourceStreamReader):
                             self.plan.flow, exc)
             return start
         self._latest = latest
-        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = batch_plan.admit(begun, latest, log_starts, cap, self._turn)
         if end != begun:
             self._turn += 1  # a batch runs: the next one moves the next turn's partitions (P6)
+        if batch_plan.fills(end, latest, cap):
+            self._read_ahead(tps)
         return batch_plan.encode(end)
 
     def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
@@ -203,6 +235,10 @@ class RangeReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, dict[str, int]]) -> None:
         pass
+
+    def stop(self) -> None:
+        if self._reading is not None:
+            self._reading.shutdown(wait=False, cancel_futures=True)
 
 
 def read_initial(path: str | Path | None) -> dict[tuple[str, int], int] | None:
