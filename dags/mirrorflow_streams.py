@@ -5,12 +5,13 @@ flow's requested state and its lease on B; while the flow is stopped or runs els
 worker slot), looking every `mirrorflow.stream.watch.poll.seconds` (15), for up to `mirrorflow.stream.watch.seconds`
 (a day) and then ends skipped: a stopped flow's stream DAG makes one run a day. When the flow should run and no
 instance holds the lease, `mirror` submits `spark_jobs/mirror_stream.py` with the Spark provider through the
-Airflow connection `mirrorflow_spark` (host `local[*]` for the embedded default; `yarn` with
-`deploy-mode=cluster`, or `k8s://…`, in production, where the cluster restarts the driver and this run ends once
-the job is submitted). In local
-mode the `mirror` task lasts as long as the stream: when the stream dies, the run ends and the next one,
-at most 30 seconds later, starts it again at once. Two instances can never write at once: the second finds the
-lease held and exits (exactly-once mode also fences the first's producers).
+Airflow connection `mirrorflow_spark` (host `local[*]` for the embedded default; `yarn` with `deploy-mode=cluster`,
+or `k8s://…`, in production, where the cluster restarts the driver and this run ends once the job is submitted),
+or to the flow's `mirrorflow.stream.spark.master` when the file sets one, with its `mirrorflow.stream.*` settings
+(driver memory, records per batch, trigger). In local mode the `mirror` task lasts as long as the stream: when
+the stream dies, the run ends and the next one, at most 30 seconds later, starts it again at once. Two instances
+can never write at once: the second finds the lease held and exits (exactly-once mode also fences the first's
+producers).
 
 The scheduled health check is the `health` task of the flow's `mirrorflow_flow__A_to_B` DAG.
 
@@ -47,8 +48,8 @@ def stream_dag(flow: Flow) -> DAG:
         check = StreamLaunchCheck(task_id="check", config_path=CONFIG, flow_name=flow.name)
         jars: Any = check.output  # an XComArg: the jar list once the check has run
         mirror = SparkSubmitOperator(
-            task_id="mirror", conn_id=deployment.SPARK_CONNECTION, application=str(APPLICATION),
-            name=f"mirrorflow {flow.name}", jars=jars, driver_memory="1g",
+            task_id="mirror", conn_id=deployment.stream_connection(flow), application=str(APPLICATION),
+            name=f"mirrorflow {flow.name}", jars=jars, driver_memory=flow.stream.driver_memory,
             # In cluster mode, return once submitted: the cluster supervises the driver, the lease the rest.
             conf={"spark.yarn.submit.waitAppCompletion": "false",
                   "spark.kubernetes.submission.waitAppCompletion": "false"},

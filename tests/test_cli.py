@@ -43,10 +43,22 @@ def test_validate_lists_the_mm2_keys_it_accepts_but_does_not_use(tmp_path: Path)
                    "A->B.enabled = true\nA->B.sync.group.offsets.interval.seconds = 30\n")
     r = run("--config", str(cfg), "validate")
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[1] == (f"{cfg}:5: A->B.sync.group.offsets.interval.seconds: accepted, not used: "
+    assert r.stdout.splitlines()[2] == (f"{cfg}:5: A->B.sync.group.offsets.interval.seconds: accepted, not used: "
                                         "group offsets are synced in every checkpoint round "
                                         "(emit.checkpoints.interval.seconds)")
-    assert json.loads(run("--config", str(cfg), "validate", "--json").stdout)["not_used"] == r.stdout.splitlines()[1:]
+    assert json.loads(run("--config", str(cfg), "validate", "--json").stdout)["not_used"] == r.stdout.splitlines()[2:]
+
+
+def test_validate_prints_each_enabled_flows_stream_settings(tmp_path: Path) -> None:
+    cfg = tmp_path / "c.properties"
+    cfg.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\n"
+                   "B->A.enabled = true\nmirrorflow.stream.trigger.ms = 250\n"
+                   "B->A.mirrorflow.stream.spark.master = yarn\n")
+    lines = run("--config", str(cfg), "validate").stdout.splitlines()
+    assert lines[1:3] == [
+        "A->B stream: master local[*] (the stream DAG: connection mirrorflow_spark), driver memory 1g, at most "
+        "100,000 records per batch, trigger 250 ms",
+        "B->A stream: master yarn, driver memory 1g, at most 100,000 records per batch, trigger 250 ms"]
 
 
 def test_bad_config_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:

@@ -181,6 +181,43 @@ def test_a_flows_metrics_port_is_a_tcp_port_or_nothing() -> None:
         "mm2.properties:5: mirrorflow.metrics.port: expected a TCP port (1-65535) or nothing, got '99999'"]
 
 
+def test_a_flows_stream_settings_come_from_the_file_with_each_default_in_the_key_table() -> None:
+    plain = load(BASE + "A->B.enabled = true\nB->A.enabled = true\n")
+    defaults = {k.name: k.default for k in keys.FLOW_KEYS}
+    assert plain.flow("A->B").stream == config.StreamSettings(
+        defaults["mirrorflow.stream.spark.master"], defaults["mirrorflow.stream.driver.memory"],
+        int(defaults["mirrorflow.stream.max.records.per.batch"]), int(defaults["mirrorflow.stream.trigger.ms"]))
+    assert not plain.flow("A->B").given("mirrorflow.stream.spark.master")
+    tuned = load(BASE + "A->B.enabled = true\nB->A.enabled = true\nmirrorflow.stream.trigger.ms = 0\n"
+                 "A->B.mirrorflow.stream.max.records.per.batch = 250000\nA->B.mirrorflow.stream.driver.memory = 2g\n"
+                 "A->B.mirrorflow.stream.spark.master = spark://m:7077\n")
+    assert tuned.flow("A->B").stream == config.StreamSettings("spark://m:7077", "2g", 250_000, 0)
+    assert tuned.flow("A->B").given("mirrorflow.stream.spark.master")
+    assert tuned.flow("B->A").stream.trigger_ms == 0 and tuned.flow("B->A").stream.max_records_per_batch == 100_000
+
+
+def test_a_stream_setting_out_of_range_is_one_line_naming_file_line_and_key() -> None:
+    assert sorted(problems(BASE + "A->B.enabled = true\nA->B.mirrorflow.stream.max.records.per.batch = 0\n"
+                           "A->B.mirrorflow.stream.driver.memory = lots\n"
+                           "A->B.mirrorflow.stream.spark.master = local[x]\n"
+                           "A->B.mirrorflow.stream.trigger.ms = -5\n")) == [
+        "mm2.properties:5: A->B.mirrorflow.stream.max.records.per.batch: must be positive, got 0",
+        "mm2.properties:6: A->B.mirrorflow.stream.driver.memory: expected a JVM memory size such as 512m or 2g, "
+        "got 'lots'",
+        "mm2.properties:7: A->B.mirrorflow.stream.spark.master: expected a Spark master URL (local[*], local[N], "
+        "spark://HOST:PORT, yarn, k8s://URL), got 'local[x]'",
+        "mm2.properties:8: A->B.mirrorflow.stream.trigger.ms: must be at least 0, got -5"]
+
+
+def test_a_runs_flags_override_the_flows_stream_settings() -> None:
+    from mirrorflow.jobs.stream import StreamOptions
+
+    settings = config.StreamSettings("yarn", "2g", 250_000, 50)
+    assert StreamOptions().over(settings) == settings
+    assert StreamOptions(master="local[1]", max_records_per_batch=60, trigger_ms=0, driver_memory="640m").over(
+        settings) == config.StreamSettings("local[1]", "640m", 60, 0)
+
+
 def test_cluster_selection_rejects_an_unknown_alias() -> None:
     with pytest.raises(config.ConfigError, match="unknown cluster alias 'C'"):
         load(BASE).select_clusters(["C"])

@@ -39,6 +39,25 @@ def test_a_broken_config_is_one_import_error_naming_file_line_and_key(airflow_ho
     assert errors and all(f"{bad}:5: emit.checkpoints.interval.seconds" in e for e in errors)
 
 
+def test_a_stream_dag_submits_with_the_flows_stream_settings(airflow_home: Path, clusters_file: Path,
+                                                             tmp_path: Path) -> None:
+    tuned = tmp_path / "tuned.properties"
+    tuned.write_text(clusters_file.read_text() + "\nalpha->beta.mirrorflow.stream.spark.master = local[2]\n"
+                     "alpha->beta.mirrorflow.stream.driver.memory = 700m\n")
+    submit = {}
+    with deployment(tuned) as bag:
+        for flow in ("alpha_to_beta", "beta_to_alpha"):
+            mirror = bag.dags[f"mirrorflow_stream__{flow}"].get_task("mirror")
+            mirror.jars = "kafka.jar"  # what the check task hands over at run time
+            submit[flow] = mirror._get_hook()._build_spark_submit_command("mirror_stream.py")
+    tuned_flow, plain_flow = submit["alpha_to_beta"], submit["beta_to_alpha"]
+    assert tuned_flow[tuned_flow.index("--master") + 1] == "local[2]"
+    assert tuned_flow[tuned_flow.index("--driver-memory") + 1] == "700m"
+    assert plain_flow[plain_flow.index("--driver-memory") + 1] == "1g"  # the key's default; the master: the connection
+    # the job itself reads the rest of its settings from the same file: only the file and the flow are passed
+    assert tuned_flow[tuned_flow.index("mirror_stream.py") + 1:] == ["--config", str(tuned), "--flow", "alpha->beta"]
+
+
 def test_every_dag_has_docs_tags_an_owner_and_sane_retries(airflow_home: Path, clusters_file: Path) -> None:
     with deployment(clusters_file) as bag:
         pass

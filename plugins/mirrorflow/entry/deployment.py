@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from datetime import UTC, datetime
@@ -102,6 +103,18 @@ def spark_master() -> str:
         return Connection.get(SPARK_CONNECTION).host or "local[*]"
     except (AirflowRuntimeError, AirflowNotFoundException):
         return "local[*]"
+
+
+def stream_connection(flow: Flow) -> str:
+    """The Airflow connection the flow's stream DAG submits through: `mirrorflow_spark`, or when the file names the
+    flow's master (`mirrorflow.stream.spark.master`) one made from it, `mirrorflow_spark__{source}_to_{target}`,
+    given to Airflow in this process's environment (`AIRFLOW_CONN_…`, read before the metadata database)."""
+    if not flow.given("mirrorflow.stream.spark.master"):
+        return SPARK_CONNECTION
+    conn_id = re.sub(r"[^A-Za-z0-9_]", "_", f"{SPARK_CONNECTION}__{flow.source}_to_{flow.target}")
+    os.environ[f"AIRFLOW_CONN_{conn_id.upper()}"] = json.dumps(
+        {"conn_type": "spark", "host": flow.stream.spark_master})
+    return conn_id
 
 
 def flow_period(flow: Flow) -> int:

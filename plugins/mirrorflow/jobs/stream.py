@@ -58,7 +58,7 @@ from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
-from mirrorflow.model.config import Flow
+from mirrorflow.model.config import Flow, StreamSettings
 from mirrorflow.rules import batch_plan, digests, offset_syncs
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.filters import java_regex_to_python
@@ -102,15 +102,24 @@ class _Stuck:
 
 @dataclass(frozen=True)
 class StreamOptions:
-    master: str = "local[*]"
+    """One run's overrides; None: the flow's setting (its `mirrorflow.stream.*` and `mirrorflow.metrics.*`)."""
+
+    master: str | None = None
     checkpoint: Path | None = None
-    metrics_port: int | None = None  # None: the flow's mirrorflow.metrics.port
-    metrics_host: str | None = None  # None: the flow's mirrorflow.metrics.host
-    max_records_per_batch: int = 100_000
-    trigger_ms: int = 100
+    metrics_port: int | None = None
+    metrics_host: str | None = None
+    max_records_per_batch: int | None = None
+    trigger_ms: int | None = None
     log_interval_s: float = 10.0  # the status file's period
     quiet_log_interval_s: float = 300.0  # a progress line at least this often; sooner when its state changes
-    driver_memory: str = "1g"
+    driver_memory: str | None = None
+
+    def over(self, settings: StreamSettings) -> StreamSettings:
+        """The flow's stream settings with this run's overrides."""
+        return StreamSettings(self.master or settings.spark_master, self.driver_memory or settings.driver_memory,
+                              settings.max_records_per_batch if self.max_records_per_batch is None
+                              else self.max_records_per_batch,
+                              settings.trigger_ms if self.trigger_ms is None else self.trigger_ms)
 
 
 def run(link: FlowLink, options: StreamOptions = StreamOptions()) -> None:
@@ -127,6 +136,7 @@ def run(link: FlowLink, options: StreamOptions = StreamOptions()) -> None:
 class _Driver:
     def __init__(self, link: FlowLink, options: StreamOptions) -> None:
         self.link, self.flow, self.options = link, link.flow, options
+        self.settings = options.over(link.flow.stream)
         self.checkpoint = options.checkpoint or metrics.flow_home(self.flow) / "checkpoint"
         self.pattern = selection.subscription_pattern(self.flow)
         self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
@@ -189,8 +199,8 @@ class _Driver:
             except OSError as exc:  # the mirror matters more than its metrics: say so loudly and go on
                 log.error("flow %s: cannot serve metrics on %s:%s (%s); mirroring without them",
                           self.flow.name, host, port, exc)
-        self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.options.master,
-                                         self.options.driver_memory, records_in_jvm=False)
+        self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.settings.spark_master,
+                                         self.settings.driver_memory, records_in_jvm=False)
         self.metrics.spark_ui = self.spark.sparkContext.uiWebUrl
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
         mode = ("exactly-once" if self.link.exactly_once else
@@ -240,7 +250,7 @@ class _Driver:
         """How many tasks write a micro-batch: one per core of the Spark session (the options' before it starts)."""
         if self.spark is not None:
             return max(1, int(self.spark.sparkContext.defaultParallelism))
-        return spark_session.local_cores(self.options.master) or os.cpu_count() or 1
+        return spark_session.local_cores(self.settings.spark_master) or os.cpu_count() or 1
 
     def _load_syncs(self, syncs: offset_sync_log.SyncsState | None = None) -> None:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
@@ -592,7 +602,7 @@ class _Driver:
         plan = range_source.SourcePlan(
             self.flow.name, self.flow.source, self.link.settings("source", "admin"),
             java_regex_to_python(self.pattern), self.link.reads_committed,
-            slots=self.query_slots, max_records=self.options.max_records_per_batch,
+            slots=self.query_slots, max_records=self.settings.max_records_per_batch,
             starting=starting if starting in ("earliest", "latest") else json.loads(starting),
             initial_path=str(self.checkpoint / _INITIAL_OFFSETS))
         self.spark.dataSource.register(range_source.source_class(plan))
@@ -604,7 +614,7 @@ class _Driver:
                 .queryName(f"mirrorflow_{self.flow.source}_{self.flow.target}")
                 .foreachBatch(self._batch)
                 .option("checkpointLocation", str(self.checkpoint))
-                .trigger(processingTime=f"{self.options.trigger_ms} milliseconds")
+                .trigger(processingTime=f"{self.settings.trigger_ms} milliseconds")
                 .start())
 
     def _source_partitions(self) -> list[tuple[str, int]]:
@@ -734,7 +744,7 @@ class _Driver:
         # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
         read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
         self.metrics.observe([r for r in rows if r["topic"] in flow_topics],
-                             read_all=read < self.options.max_records_per_batch)
+                             read_all=read < self.settings.max_records_per_batch)
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
 

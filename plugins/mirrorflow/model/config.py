@@ -85,6 +85,16 @@ class Cluster:
 
 
 @dataclass(frozen=True)
+class StreamSettings:
+    """A flow's stream job (`mirrorflow.stream.*`); `mirrorflow stream`'s flags override them for one run."""
+
+    spark_master: str
+    driver_memory: str
+    max_records_per_batch: int
+    trigger_ms: int
+
+
+@dataclass(frozen=True)
 class Flow:
     """A directional replication flow `source->target` and its effective settings.
 
@@ -111,6 +121,17 @@ class Flow:
 
     def number(self, key: str) -> int:
         return int(self.value(key).strip())
+
+    def given(self, key: str) -> bool:
+        """Whether the file sets `key` for this flow (at top level or for the flow), rather than its default."""
+        return self.settings[key].line is not None
+
+    @property
+    def stream(self) -> StreamSettings:
+        return StreamSettings(self.value("mirrorflow.stream.spark.master").strip(),
+                              self.value("mirrorflow.stream.driver.memory").strip(),
+                              self.number("mirrorflow.stream.max.records.per.batch"),
+                              self.number("mirrorflow.stream.trigger.ms"))
 
     @cached_property
     def topic_filter(self) -> NameFilter:
@@ -408,10 +429,15 @@ class _Reader:
             except ValueError:
                 self.error(s.line, s.key, f"expected a whole number, got {s.shown!r}")
                 return
-            if n < 0 or (n == 0 and k.name.endswith(("replication.factor", "tasks.max"))):
+            if n < 0 or (n == 0 and k.name.endswith(("replication.factor", "tasks.max", "max.records.per.batch"))):
                 self.error(s.line, s.key, f"must be {'positive' if n == 0 else 'at least 0'}, got {n}")
         elif k.kind == "port" and v and not (v.isdigit() and 0 < int(v) < 65536):
             self.error(s.line, s.key, f"expected a TCP port (1-65535) or nothing, got {s.shown!r}")
+        elif k.kind == "memory" and not _JVM_SIZE.fullmatch(v):
+            self.error(s.line, s.key, f"expected a JVM memory size such as 512m or 2g, got {s.shown!r}")
+        elif k.kind == "master" and not _SPARK_MASTER.fullmatch(v):
+            self.error(s.line, s.key, "expected a Spark master URL (local[*], local[N], spark://HOST:PORT, yarn, "
+                       f"k8s://URL), got {s.shown!r}")
         elif k.kind == "regex-list":
             try:
                 NameFilter.from_lists(v, "", key=s.key, source=self.source, line=s.line)
@@ -429,6 +455,10 @@ class _Reader:
     def check_enum(self, s: Setting | None, k: keys.Key) -> None:
         if s is not None and s.value.strip().lower() not in k.choices:
             self.error(s.line, s.key, f"expected one of {', '.join(k.choices)}, got {s.shown!r}")
+
+
+_JVM_SIZE = re.compile(r"\d+[kmgtKMGT]?")
+_SPARK_MASTER = re.compile(r"local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s|mesos)://\S+|yarn")
 
 
 def _did_you_mean(word: str, candidates: Iterable[str]) -> str:

@@ -21,7 +21,7 @@ DEFAULT_CONFIG_PROPERTIES_EXCLUDE = (
 @dataclass(frozen=True)
 class Key:
     name: str
-    kind: str  # bool | int | port | str | regex-list | list | enum | class
+    kind: str  # bool | int | port | str | regex-list | list | enum | class | memory | master
     default: str
     choices: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # older names MM2 still reads
@@ -87,6 +87,13 @@ FLOW_KEYS: tuple[Key, ...] = (
     # stream run a day, and a stream is launched within one poll (`.poll.seconds`) of being needed.
     Key("mirrorflow.stream.watch.seconds", "int", "86400"),
     Key("mirrorflow.stream.watch.poll.seconds", "int", "15"),
+    # The stream's Spark job, however it is launched (`mirrorflow stream`'s flags win for that run). The stream
+    # DAG submits to the master its Airflow connection `mirrorflow_spark` names, unless the file sets one here.
+    Key("mirrorflow.stream.spark.master", "master", "local[*]"),
+    Key("mirrorflow.stream.driver.memory", "memory", "1g"),
+    # Records per micro-batch at most (admission control), and the micro-batch interval when idle.
+    Key("mirrorflow.stream.max.records.per.batch", "int", "100000"),
+    Key("mirrorflow.stream.trigger.ms", "int", "100"),
     # The scheduled health check (task `health` of DAG mirrorflow_flow__A_to_B, at least every `.interval.seconds`)
     # fails, so that Airflow's failure alerts fire, when a flow requested running has had no stream for
     # `.grace.seconds` (its stream DAG relaunches a dead one within a minute) or is more than `.lag.max.seconds`

@@ -20,7 +20,8 @@ def add(sub: Any) -> None:
     p = sub.add_parser("stream", help="run the mirror stream of one flow in the foreground (PySpark "
                        "Structured Streaming) until SIGTERM or Ctrl-C")
     p.add_argument("--flow", required=True, metavar="A->B", help="the flow to mirror")
-    p.add_argument("--master", default="local[*]", help="Spark master URL (default: local[*])")
+    p.add_argument("--master", help="Spark master URL (default: the flow's mirrorflow.stream.spark.master, "
+                   "local[*])")
     p.add_argument("--checkpoint", metavar="DIR", help="the query's checkpoint folder (default: "
                    "$MIRRORFLOW_HOME/streams/A-B/checkpoint)")
     p.add_argument("--metrics-port", type=int, metavar="PORT",
@@ -29,11 +30,13 @@ def add(sub: Any) -> None:
     p.add_argument("--metrics-host", metavar="HOST",
                    help="the address the metrics are served on (default: the flow's mirrorflow.metrics.host, "
                         "127.0.0.1; 0.0.0.0 for every interface)")
-    p.add_argument("--max-records-per-batch", type=int, default=100_000, metavar="N",
-                   help="records per micro-batch at most (default: 100000)")
-    p.add_argument("--trigger-ms", type=int, default=100, metavar="MS",
-                   help="micro-batch interval when idle (default: 100)")
-    p.add_argument("--driver-memory", default="1g", help="Spark driver heap (default: 1g)")
+    p.add_argument("--max-records-per-batch", type=_positive, metavar="N",
+                   help="records per micro-batch at most (default: the flow's "
+                        "mirrorflow.stream.max.records.per.batch, 100000)")
+    p.add_argument("--trigger-ms", type=_at_least_0, metavar="MS",
+                   help="micro-batch interval when idle (default: the flow's mirrorflow.stream.trigger.ms, 100)")
+    p.add_argument("--driver-memory", help="Spark driver heap (default: the flow's mirrorflow.stream.driver.memory, "
+                   "1g)")
     p.set_defaults(run=cmd_stream)
 
 
@@ -192,6 +195,24 @@ def _reset_to(text: str) -> str | int:
     from mirrorflow.jobs import reset
 
     return reset.parse_to(text)
+
+
+def _whole(text: str, least: int) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number") from None
+    if n < least:
+        raise argparse.ArgumentTypeError(f"{n}: must be at least {least}")
+    return n
+
+
+def _positive(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _at_least_0(text: str) -> int:
+    return _whole(text, 0)
 
 
 def _partition_list(text: str) -> list[int]:

@@ -96,9 +96,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     for target in sorted({f.target for f in cfg.enabled_flows}):  # what the stream's writer would refuse at start
         stream_writer.check_producer_tuning(clients.settings(cfg.cluster(target), "producer"), target)
     flows = ", ".join(f.name for f in cfg.enabled_flows) or "none"
+    by_connection = " (the stream DAG: connection mirrorflow_spark)"
+    streams = [f"{f.name} stream: master {f.stream.spark_master}"
+               f"{'' if f.given('mirrorflow.stream.spark.master') else by_connection}"
+               f", driver memory {f.stream.driver_memory}, at most {f.stream.max_records_per_batch:,} records per "
+               f"batch, trigger {f.stream.trigger_ms} ms" for f in cfg.enabled_flows]
     show(describe(cfg), args.json,
            "\n".join([f"{cfg.source}: valid: {len(cfg.clusters)} clusters ({', '.join(cfg.clusters)}); "
-                      f"enabled flows: {flows}", *cfg.not_used]))
+                      f"enabled flows: {flows}", *streams, *cfg.not_used]))
     return 0
 
 
