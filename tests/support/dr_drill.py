@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -182,7 +182,8 @@ class Scheduler:
         self.config_path, self.work = config_path, work
         self.cfg = config.load(config_path)
         self.streams: dict[str, StreamProcess] = {}
-        self.checkpoint_failures = 0
+        self.down: set[str] = set()  # clusters the drill has taken down: their flows' rounds are expected to fail
+        self.checkpoint_errors: dict[str, tuple[int, str]] = {}  # flow -> (rounds failed, the last error)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._checkpoints, daemon=True)
         self._thread.start()
@@ -237,10 +238,13 @@ class Scheduler:
         period = float(self.cfg.flows[0].number("emit.checkpoints.interval.seconds"))
         while not self._stop.wait(period):
             for flow in self.cfg.flows:
+                if {flow.source, flow.target} & self.down:
+                    continue  # that flow's checkpoints wait, as its flow DAG's task would fail in Airflow
                 try:
                     checkpoints.run_round(FlowLink.of(self.cfg, flow))
-                except Exception:  # a cluster down: that flow's checkpoints wait, as in Airflow
-                    self.checkpoint_failures += 1
+                except Exception as exc:  # counted, and the drill fails on it
+                    failed, _ = self.checkpoint_errors.get(flow.name, (0, ""))
+                    self.checkpoint_errors[flow.name] = (failed + 1, str(exc).splitlines()[0][:300])
 
 
 @dataclass
@@ -253,6 +257,8 @@ class Move:
     lost: int
     re_read: int
     audit_not_mirrored: int | None = None
+    rpo_as_of: float | None = None  # unplanned: when the source's ends the RPO counts from were read (wall clock)
+    written_after_view: int | None = None  # records on the source created since then (less the producer delay)
     mirrored_through: float | None = None  # the report's: every record created before it is on the other side
     oldest_not_mirrored: float | None = None  # read on both clusters: the oldest record missing on the other
     runbook_s: float = 0.0
@@ -338,19 +344,22 @@ class Drill:
         from mirrorflow.dev import local
         from mirrorflow.jobs import lifecycle
         from mirrorflow.kafka.link import FlowLink
+        from mirrorflow.status import metrics
 
         p, b = self.primary, self.backup
         app = self._application("unplanned", scheduler)
         self._wait_steady(f"{p}->{b}", app.group)
         # The data center is lost: its brokers and the application die at once; the mirror (in backup's) lives.
         app.lose()
+        scheduler.down.add(p)
         for s in local.status(self.cfg, [p]):
             if s.pid:
                 os.kill(s.pid, signal.SIGKILL)
         began = time.monotonic()
-        report = self.run_dag("mirrorflow_failover", {
-            "source": p, "target": b, "mode": "unplanned", "switch_flows": False, "groups": app.group,
-            "dry_run": False, "require_approval": False})
+        with _home_the_stream_never_used(self.work):  # the runbook reads the clusters, not the stream's host
+            report = self.run_dag("mirrorflow_failover", {
+                "source": p, "target": b, "mode": "unplanned", "switch_flows": False, "groups": app.group,
+                "dry_run": False, "require_approval": False})
         ran = time.monotonic() - began
         app.start(b, self.bootstraps[b])
         rto = app.wait_first_read(b, began) - began
@@ -362,8 +371,13 @@ class Drill:
                         runbook_s=round(ran, 1))
         spans = [(began, p, b)]
         local.up(self.cfg, [p])  # primary is back
+        scheduler.down.discard(p)
         self._wait_readable(p, app.topic)
         failover.audit_not_mirrored = self._not_mirrored(f"{p}->{b}", app.topic)
+        failover.rpo_as_of = report.get("rpo", {}).get("as_of")
+        if failover.rpo_as_of is not None:  # a record created just before the ends were read may not be in them
+            failover.written_after_view = self._created_since(app.topic, p,
+                                                              failover.rpo_as_of - metrics.PRODUCER_DELAY_S)
         failover.mirrored_through = report.get("rpo", {}).get("mirrored_through")
         failover.oldest_not_mirrored = self._oldest_missing(app.topic, p, b)
         # Failback: what was produced on backup meanwhile goes home first (the reverse flow), then the group.
@@ -430,6 +444,13 @@ class Drill:
                    if m.value() not in there]
         return min(missing) / 1000 if missing else None
 
+    def _created_since(self, topic: str, alias: str, since: float) -> int:
+        """Records of `topic` on `alias` created at or after `since` (wall clock)."""
+        from support.streams import read_partition
+
+        return sum(1 for p in range(3) for m in read_partition(self.bootstraps[alias], topic, p)
+                   if m.timestamp()[1] >= since * 1000)
+
     def _not_mirrored(self, flow: str, topic: str) -> int:
         """The audit's count of the topic's records on the flow's source that its target does not hold."""
         out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(self.config_path), "audit",
@@ -439,6 +460,41 @@ class Drill:
             raise RuntimeError(f"audit of {flow} failed: {out.stderr[-2000:]}")
         result = json.loads(out.stdout)
         return int(result["behind"]) + int(result["missing"])
+
+
+@contextmanager
+def _home_the_stream_never_used(work: Path) -> Iterator[None]:
+    saved = os.environ.get("MIRRORFLOW_HOME")
+    os.environ["MIRRORFLOW_HOME"] = tempfile.mkdtemp(prefix="runbook-home-", dir=work)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MIRRORFLOW_HOME", None)
+        else:
+            os.environ["MIRRORFLOW_HOME"] = saved
+
+
+def verdict(moves: Sequence[Move], checkpoint_errors: Mapping[str, tuple[int, str]]) -> list[str]:
+    """What makes the drill fail, one line each: a planned move that lost or re-read a record of the moved group;
+    an unplanned failover whose reported RPO (at least N records not mirrored, counted from the source's ends as
+    the stream last read them) is not what the audit found, give or take the records created after that read;
+    checkpoint rounds that failed while their clusters were up."""
+    failures = []
+    for m in moves:
+        if m.name.startswith("planned") and (m.lost or m.re_read):
+            failures.append(f"{m.name}: the group lost {m.lost} and re-read {m.re_read} records")
+        if m.name == "unplanned failover":
+            if m.rpo_records is None or m.audit_not_mirrored is None or m.written_after_view is None:
+                failures.append(f"{m.name}: no RPO in records to hold against the audit (RPO: {m.rpo}; audit: "
+                                f"{m.audit_not_mirrored})")
+            elif not m.rpo_records <= m.audit_not_mirrored <= m.rpo_records + m.written_after_view:
+                failures.append(f"{m.name}: the runbook reported at least {m.rpo_records} records not mirrored, the "
+                                f"audit found {m.audit_not_mirrored}, and {m.written_after_view} were created after "
+                                "the stream's view it counted from")
+    failures += [f"checkpoint rounds of {flow} failed {n} time(s) with its clusters up: {error}"
+                 for flow, (n, error) in sorted(checkpoint_errors.items())]
+    return failures
 
 
 def _settle(app: App, moves: list[Move], spans: list[tuple[float, str, str]]) -> None:
@@ -504,6 +560,9 @@ def report_markdown(moves: list[Move], setup: str) -> str:
         lines.append(f"| {m.name} | {m.rpo} | {audit} | {m.rto_s:.1f} s | {m.runbook_s:.1f} s | {m.lost} | "
                      f"{m.re_read} |")
     lines += ["", *(f"- {m.name}: {n}" for m in moves for n in m.notes)]
+    lines += [f"- {m.name}: the RPO holds against the audit when {m.rpo_records} <= {m.audit_not_mirrored} <= "
+              f"{m.rpo_records} + {m.written_after_view} (records created after the stream's view of the source)"
+              for m in moves if None not in (m.rpo_records, m.audit_not_mirrored, m.written_after_view)]
     return "\n".join(lines)
 
 
@@ -548,19 +607,31 @@ def main() -> None:
     bootstraps = {"primary": servers(PRIMARY_PORTS), "backup": servers(BACKUP_PORTS)}
     path.write_text(drill_config(bootstraps["primary"], bootstraps["backup"]))
     cfg = config.load(path)
-    with clusters(cfg) as started:
-        scheduler = Scheduler(path, work / "streams")
-        try:
-            drill = Drill(path, bootstraps, work, lambda dag, conf: run_dag(path, dag, conf), args.seconds,
-                          args.rate)
-            moves = drill.planned(scheduler) + drill.unplanned(scheduler)
-        finally:
-            scheduler.close()
+    moves: list[Move] = []
+    try:
+        with clusters(cfg) as started:
+            scheduler = Scheduler(path, work / "streams")
+            try:
+                drill = Drill(path, bootstraps, work, lambda dag, conf: run_dag(path, dag, conf), args.seconds,
+                              args.rate)
+                moves += drill.planned(scheduler)
+                moves += drill.unplanned(scheduler)
+            finally:
+                scheduler.close()
+    except Exception as exc:  # a step that errs fails the drill, with what it had measured so far
+        done = ", ".join(m.name for m in moves) or "none"
+        sys.exit(f"DR drill failed after the moves {done}: {type(exc).__name__}: {str(exc).splitlines()[0][:500]}")
     setup = (f"two three-broker clusters (replication factor 3, min.insync.replicas 2; {started}), "
              f"{args.rate} records/s over 3 partitions, {args.seconds:.0f} s of traffic around each move")
+    failures = verdict(moves, scheduler.checkpoint_errors)
     text = report_markdown(moves, setup)
     print("\n" + text)
-    args.out.write_text(json.dumps({"setup": setup, "moves": [asdict(m) for m in moves]}, indent=2) + "\n")
+    args.out.write_text(json.dumps({"setup": setup, "moves": [asdict(m) for m in moves], "failures": failures},
+                                   indent=2) + "\n")
+    if failures:
+        sys.exit("DR drill failed:\n" + "\n".join(f"- {f}" for f in failures))
+    print("\nDR drill passed: planned moves lost and re-read nothing, the unplanned RPO held against the audit, "
+          "every checkpoint round with its clusters up succeeded")
 
 
 if __name__ == "__main__":

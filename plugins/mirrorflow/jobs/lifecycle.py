@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import OperationalError
-from mirrorflow.kafka import admin_sync, clients, flow_lease, heartbeats, offset_sync_log
+from mirrorflow.kafka import admin_sync, clients, flow_lease, heartbeats, offset_sync_log, source_view
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules.policy import HEARTBEATS_TOPIC
 
@@ -167,6 +167,31 @@ class PartitionLag:
 
 
 @dataclass(frozen=True)
+class Unmirrored:
+    """What the target holds against the stream's last view of the source (source_view V1, V2)."""
+
+    view: source_view.SourceView
+    records: int  # at least this many records were not mirrored; those written after `view.as_of`: unknown
+
+    def line(self) -> str:
+        through = self.view.mirrored_through
+        return (f"at least {self.records} records not mirrored by the stream's last view of the source, at "
+                f"{time.strftime('%H:%M:%S', time.gmtime(self.view.as_of))} UTC"
+                + ("" if through is None else
+                   f"; every record created before {time.strftime('%H:%M:%S', time.gmtime(through))} UTC mirrored"))
+
+
+def unmirrored(link: FlowLink) -> Unmirrored | None:
+    """From the target alone: the stream's last view of the source against the offset syncs' positions; None when
+    the stream left no view."""
+    view = source_view.newest(link)
+    if view is None:
+        return None
+    positions = offset_sync_log.read(link.settings("target", "consumer"), link.syncs_topic).positions
+    return Unmirrored(view, view.not_mirrored({tp: p.upstream_next for tp, p in positions.items()}))
+
+
+@dataclass(frozen=True)
 class FlowHealth:
     flow: str
     requested: Requested
@@ -176,6 +201,8 @@ class FlowHealth:
     source_error: str = ""
     measured_at: float = field(default_factory=time.time)
     lease_error: str = ""  # the lease group could not be described: running or not is unknown
+    # The source not read: what the target says instead (the stream's last view of the source, source_view V2)
+    unmirrored: Unmirrored | None = None
 
     @property
     def alive(self) -> bool:
@@ -205,6 +232,8 @@ class FlowHealth:
         beat = "no heartbeat" if self.heartbeat_age_s is None else f"heartbeat {self.heartbeat_age_s:.0f} s ago"
         if self.lags is None:
             lag = "lag unknown" + (f" ({self.source_error})" if self.source_error else " (source not read)")
+            if self.unmirrored is not None:
+                lag += f"; {self.unmirrored.line()}"
         else:
             lag = f"lag {self.lag_records} records / {self.lag_seconds:.1f} s over {len(self.lags)} partitions"
             lost = self.losing()
@@ -220,6 +249,8 @@ class FlowHealth:
                 "alive": self.alive, "holders": list(self.holders), "lease_error": self.lease_error,
                 "heartbeat_age_s": self.heartbeat_age_s,
                 "lag_records": self.lag_records, "lag_seconds": self.lag_seconds, "source_error": self.source_error,
+                "unmirrored_at_least": None if self.unmirrored is None else self.unmirrored.records,
+                "unmirrored_as_of": None if self.unmirrored is None else self.unmirrored.view.as_of,
                 "behind": [{"topic": b.topic, "partition": b.partition, "records": b.records} for b in self.behind()],
                 "lost": [{"topic": x.topic, "partition": x.partition, "records": x.lost} for x in self.losing()]}
 
@@ -283,13 +314,14 @@ def health(link: FlowLink, *, with_lag: bool = True) -> FlowHealth:
         holders, lease_error = (), str(exc)
     beat = heartbeats.newest(link.settings("target", "consumer"), HEARTBEATS_TOPIC).get((flow.source, flow.target))
     age = None if beat is None else heartbeats.age_s(beat.timestamp_ms, time.time())
-    measured, error = None, ""
+    measured, error, instead = None, "", None
     if with_lag:
         try:
             measured = tuple(lags(link))
         except OperationalError as exc:
             error = str(exc)
-    return FlowHealth(flow.name, wanted, holders, age, measured, error, lease_error=lease_error)
+            instead = unmirrored(link)
+    return FlowHealth(flow.name, wanted, holders, age, measured, error, lease_error=lease_error, unmirrored=instead)
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 1.0) -> bool:

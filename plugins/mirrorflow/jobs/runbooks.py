@@ -36,7 +36,6 @@ from mirrorflow.kafka import admin_sync, clients
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model.config import Flow, MirrorConfig
 from mirrorflow.rules.filters import java_regex_to_python
-from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 PLANNED, UNPLANNED = "planned", "unplanned"
@@ -129,7 +128,7 @@ def preflight(cfg: MirrorConfig, rb: Runbook) -> dict[str, Any]:
                        f"waits for it to be started")
     if reverse is not None and not reverse.flag("emit.checkpoints.enabled"):
         notices.append(f"flow {reverse.name} emits no checkpoints: groups cannot be translated back later")
-    rpo = _rpo(flow, health, started)
+    rpo = _rpo(link, health, started)
     summary = {
         "runbook": rb.as_dict(), "started": started, "flow": flow.name,
         "reverse_flow": reverse.name if reverse else None,
@@ -194,30 +193,31 @@ def _newest_checkpoints(link: FlowLink) -> list[tuple[str, str, int]]:
     return list(checkpoints.read_checkpoints(link.settings("target", "consumer"), link.checkpoints_topic))
 
 
-def _rpo(flow: Flow, health: lifecycle.FlowHealth, started: float) -> dict[str, Any]:
-    """Records and seconds not yet mirrored: measured when the source answers, else from the stream's last view
-    up to `started`, the runbook's start."""
+def _rpo(link: FlowLink, health: lifecycle.FlowHealth, started: float) -> dict[str, Any]:
+    """Records and seconds not yet mirrored, from the clusters wherever the runbook runs: measured when the source
+    answers; else at least what the stream's last view of the source (kept on the target) shows above the positions
+    the offset syncs hold, with every record before its `mirrored_through` mirrored (source_view V1, V2)."""
+    flow = link.flow
     if health.lags is not None:
         return {"records": health.lag_records, "seconds": round(health.lag_seconds or 0.0, 1), "measured": True,
                 "behind": [f"{b.topic}-{b.partition}: {b.records}" for b in health.behind()]}
-    last = metrics.read_status(metrics.status_file(flow))
-    if last is None:
+    seen = lifecycle.unmirrored(link)
+    if seen is None:
+        beat = ("" if health.heartbeat_age_s is None else
+                f"; the newest heartbeat mirrored from {flow.source} is {health.heartbeat_age_s:.0f} s old")
         return {"records": None, "seconds": None, "measured": False,
-                "note": "the source is down and no stream status was found: records written to it after the "
-                        "newest mirrored ones are unknown"}
-    seen, through = last.get("updated", 0.0), last.get("mirrored-through")
-    if through is None:
-        return {"records": last.get("replication-lag-records"), "seconds": last.get("replication-lag-seconds"),
-                "measured": False, "as_of": seen,
-                "note": f"the stream's last view, {time.time() - seen:.0f} s old; records written to {flow.source} "
-                        "after it are unknown"}
-    # Invariant C of metrics: what is missing was all written after `through`; how much of it there is, is not
-    # known without the source (the last view's lag only samples it).
-    return {"records": last.get("replication-lag-records"), "seconds": round(max(started - through, 0.0), 1),
-            "measured": False, "as_of": seen, "mirrored_through": through,
-            "note": f"the stream's last view, {time.time() - seen:.0f} s old: every record written to {flow.source} "
-                    f"before {time.strftime('%H:%M:%S', time.gmtime(through))} UTC is on {flow.target}; records "
-                    "written after it are unknown (the records figure is the lag the stream last saw)"}
+                "note": f"{flow.source} unreachable and the stream left no view of it on {flow.target}: records "
+                        f"written to {flow.source} after the newest mirrored ones are unknown{beat}"}
+    view, records, through = seen.view, seen.records, seen.view.mirrored_through
+    note = (f"{flow.source} unreachable: its ends as the stream last read them, at "
+            f"{time.strftime('%H:%M:%S', time.gmtime(view.as_of))} UTC ({max(started - view.as_of, 0):.0f} s "
+            f"before this runbook), against what {flow.target} holds; records written after that are unknown")
+    if through is not None:
+        note += (f"; every record written to {flow.source} before "
+                 f"{time.strftime('%H:%M:%S', time.gmtime(through))} UTC is on {flow.target}")
+    return {"records": records, "at_least": True, "measured": False, "as_of": view.as_of,
+            "seconds": None if through is None else round(max(started - through, 0.0), 1),
+            "mirrored_through": through, "note": note}
 
 
 def preflight_markdown(p: Mapping[str, Any]) -> str:
@@ -409,8 +409,9 @@ def _rpo_line(rpo: Mapping[str, Any], drained: Mapping[str, Any] | None) -> str:
 def _rpo_words(rpo: Mapping[str, Any]) -> str:
     if rpo["records"] is None:
         return f"unknown: {rpo['note']}"
-    if rpo.get("mirrored_through") is not None:
-        return f"at most {rpo['seconds']} s of writes not mirrored ({rpo['note']}: {rpo['records']})"
+    if rpo.get("at_least"):
+        seconds = "" if rpo["seconds"] is None else f", all written in the last {rpo['seconds']} s"
+        return f"at least {rpo['records']} records not mirrored{seconds} ({rpo['note']})"
     text = f"{rpo['records']} records, {rpo['seconds']} s not mirrored"
     return text + ("" if rpo["measured"] else f" ({rpo['note']})")
 

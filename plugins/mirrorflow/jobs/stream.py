@@ -43,6 +43,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ from py4j.protocol import Py4JError
 from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.jobs import lifecycle, reset
 from mirrorflow.jobs.driver_writes import DriverWrites, SyncRecord
-from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.kafka import admin_sync, offset_sync_log, source_view
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
@@ -156,6 +157,11 @@ class _Driver:
         self.ledger = digests.Ledger()
         self.digest_producer: Any = None  # idempotent, created with the first unit
         self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
+        # When the trigger of that batch began, and when the source's ends it reported were read at the latest
+        # (source_view V1: the start of the trigger observed before it). Wall clock.
+        self.trigger_began: float | None = None
+        self.ends_as_of: float | None = None
+        self.view = source_view.ViewWriter(link)
         self.prune_due = 0.0
         self.incarnations_due = 0.0
         self.held_due = 0.0
@@ -425,6 +431,7 @@ class _Driver:
         if self.metrics.state == "running":
             self.metrics.set_state("stopped")
         metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
+        self.view.close()
 
     # -- supervision ---------------------------------------------------------------------------
 
@@ -532,6 +539,7 @@ class _Driver:
                 last_status = time.monotonic()
                 snapshot = self.metrics.snapshot()
                 metrics.write_status(metrics.status_file(self.flow), snapshot)
+                self._write_view(snapshot)
                 shape = metrics.progress_shape(snapshot)
                 if shape != logged or time.monotonic() - last_log >= self.options.quiet_log_interval_s:
                     logged, last_log = shape, time.monotonic()
@@ -541,6 +549,17 @@ class _Driver:
         self.clean_stop = self._stop(query)
         self.metrics.set_state("stopped")
         return None
+
+    def _write_view(self, snapshot: Mapping[str, Any]) -> None:
+        """The source's ends as last read, on the target for a runbook that finds the source gone (source_view)."""
+        ends = self.metrics.source_ends()
+        if self.ends_as_of is None or not ends:
+            return
+        try:
+            self.view.write(source_view.SourceView(self.ends_as_of, ends, snapshot.get("mirrored-through")))
+        except (KafkaException, OperationalError, BufferError) as exc:
+            log.warning("flow %s: the source view cannot be written to %s: %s", self.flow.name, self.flow.target,
+                        exc)
 
     def _stop(self, query: Any) -> bool:
         """Let a running batch finish so that its records and syncs are complete, then stop; True if no batch was
@@ -577,6 +596,7 @@ class _Driver:
         if progress.get("batchId") != self.last_progress_batch and "triggerExecution" in durations:
             self.last_progress_batch = progress.get("batchId")
             self.metrics.observe_trigger_overhead(durations["triggerExecution"] - durations.get("addBatch", 0))
+            self.ends_as_of, self.trigger_began = self.trigger_began, _progress_time(progress)
         latest = progress["sources"][0].get("latestOffset")
         try:
             offsets = json.loads(latest) if isinstance(latest, str) else latest
@@ -1000,6 +1020,14 @@ def _adopt_batch_first(store: PartitionAnchors, position: Position) -> None:
     first = position.batch_first
     if first is not None and (store.last is None or first.downstream > store.last.downstream):
         store.append(first)
+
+
+def _progress_time(progress: Mapping[str, Any]) -> float | None:
+    """When a query progress's trigger began (wall clock), None if it does not say."""
+    try:
+        return datetime.fromisoformat(str(progress["timestamp"])).timestamp()
+    except (KeyError, ValueError):
+        return None
 
 
 def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:

@@ -252,6 +252,10 @@ class FlowMetrics:
             for tp, end in ends.items():
                 self.partitions.setdefault(tp, PartitionMetrics()).source_end = end
 
+    def source_ends(self) -> dict[tuple[str, int], int]:
+        with self._lock:
+            return {tp: m.source_end for tp, m in self.partitions.items() if m.source_end is not None}
+
     def forget(self, topics: Iterable[str]) -> None:
         """Drop the partitions of topics that no longer exist: the metrics stay proportional to live partitions."""
         gone = set(topics)

@@ -1,0 +1,114 @@
+"""The stream's last view of its source, kept on the target: what a runbook has when the source is gone.
+
+Topic `mirrorflow-source-view.{source}.internal` on the flow's target (one flow per source alias and target, as the
+offset syncs), one partition, compacted, one key. Every status period the stream's driver writes the source's end
+offsets as it last read them and its `mirrored-through` time (status.metrics, invariant C). What the flow mirrored
+is never taken from here: the offset syncs say it.
+
+  V1  `as_of` is no later than the moment the ends were read (the start of the trigger before the one that
+      reported them: a trigger may plan from ends read while the batch before it copied): every record counted
+      between a partition's position and its end here was written before `as_of`, and records written after
+      `as_of` are not in the view.
+  V2  The view is newer than what the flow had mirrored when it was written, so `not_mirrored(positions)` (the
+      offset syncs' positions, read later) is a lower bound of what the target lacks; what the source took after
+      `as_of` is unknown until it answers.
+Bound: one live record per flow; a reader reads only the partition's newest record.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from mirrorflow.kafka import admin_sync
+from mirrorflow.kafka.link import FlowLink
+
+TopicPartitionKey = tuple[str, int]
+_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1",
+                  "max.message.bytes": "16777216"}
+
+
+def topic(source: str) -> str:
+    return f"mirrorflow-source-view.{source}.internal"
+
+
+@dataclass(frozen=True)
+class SourceView:
+    as_of: float  # V1: wall-clock seconds
+    ends: Mapping[TopicPartitionKey, int]
+    mirrored_through: float | None = None  # metrics invariant C, as the driver last computed it
+
+    def not_mirrored(self, positions: Mapping[TopicPartitionKey, int]) -> int:
+        """V2: records below the ends of this view that are above the flow's positions now."""
+        return sum(max(end - positions.get(tp, 0), 0) for tp, end in self.ends.items())
+
+    def value(self) -> bytes:
+        ends: dict[str, dict[str, int]] = {}
+        for (t, p), end in sorted(self.ends.items()):
+            ends.setdefault(t, {})[str(p)] = end
+        return json.dumps({"as_of": self.as_of, "mirrored_through": self.mirrored_through, "ends": ends},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def parse(cls, value: bytes) -> SourceView:
+        doc = json.loads(value)
+        return cls(float(doc["as_of"]), {(t, int(p)): int(e) for t, ps in doc["ends"].items() for p, e in ps.items()},
+                   doc.get("mirrored_through"))
+
+
+class ViewWriter:
+    """The driver's writer of its view (idempotent, compressed: one record holds every partition's end)."""
+
+    def __init__(self, link: FlowLink) -> None:
+        self.link = link
+        self._producer: Producer | None = None
+
+    def write(self, view: SourceView) -> None:
+        """Queue the view; delivery is checked at the next write or `close` (a lost view only makes it older)."""
+        if self._producer is None:
+            link = self.link
+            admin_sync.ensure_internal_topic(link.target_admin, link.target.alias, topic(link.source.alias),
+                                             link.flow.number("offset-syncs.topic.replication.factor"), _TOPIC_CONFIGS)
+            self._producer = Producer({**self.link.settings("target", "producer"), "enable.idempotence": True,
+                                       "acks": "all", "compression.type": "zstd", "linger.ms": 0,
+                                       "message.max.bytes": int(_TOPIC_CONFIGS["max.message.bytes"])})
+        self._producer.poll(0)
+        self._producer.produce(topic(self.link.source.alias), view.value(), self.link.name.encode(), partition=0)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        if self._producer is not None:
+            self._producer.flush(timeout_s)
+            self._producer = None
+
+
+def newest(link: FlowLink, timeout_s: float = 15.0) -> SourceView | None:
+    """The flow's newest view on its target, None if it has none (a stream that never ran since this was added)."""
+    settings: dict[str, Any] = {**link.settings("target", "consumer"), "group.id": "mirrorflow-view-reader",
+                                "enable.auto.commit": False, "enable.partition.eof": True}
+    consumer = Consumer(settings)
+    tp = TopicPartition(topic(link.source.alias), 0)
+    try:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=timeout_s)
+        except KafkaException:
+            return None  # no such topic yet
+        if high <= low:
+            return None
+        consumer.assign([TopicPartition(tp.topic, 0, high - 1)])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is None and msg.key() == link.name.encode() and msg.value():
+                return SourceView.parse(msg.value())  # type: ignore[arg-type]
+            if msg.error() is not None:
+                return None  # end of the partition without a view of this flow
+        return None
+    finally:
+        consumer.close()
