@@ -158,3 +158,20 @@ def test_a_batch_is_a_stall_after_five_times_the_recent_mean_and_never_before_fi
     for ms in (1000.0, 3000.0):
         flow.observe_batch_time(ms, ms / 2)
     assert flow.batch_ms_mean() == 2000.0
+
+
+def test_the_progress_line_shows_the_latency_of_the_last_minutes_not_of_the_drivers_life() -> None:
+    import time
+
+    fm = metrics.FlowMetrics("A->B", "A", "B")
+    assert "no record in the last 5 min" in metrics.progress_line(fm.snapshot())
+    slow = Distribution()
+    slow.add(13_000)
+    fm.recent.append((int(time.time() // 60) - metrics.RECENT_MINUTES, slow))  # a minute that has left the window
+    fm.observe([{"topic": "t", "partition": 0, "records": 2, "bytes": 20, "skipped": 0, "refused": 0,
+                 "upstream_next": 2, "last_timestamp": 1, "latency_sum": 80, "latency_min": 40, "latency_max": 40,
+                 "latency_buckets": [0] * 5 + [2] + [0] * (len(BOUNDS_MS) - 5), "age_sum": 2, "age_min": 1,
+                 "age_max": 1}])
+    snap = fm.snapshot()
+    assert snap["recent-latency-ms-p99"] == 40 and "p99 40 ms over the last 5 min" in metrics.progress_line(snap)
+    assert "lag " not in metrics.progress_line(snap, with_lag=False)

@@ -103,5 +103,8 @@ def test_the_topology_command_prints_the_graph(chain) -> None:  # type: ignore[n
     out = subprocess.CompletedProcess(command.args, command.returncode, stdout, stderr)
     assert out.returncode == 0, out.stderr
     assert "heard alpha->beta via beta.heartbeats: 2 hop(s) from alpha" in out.stdout
+    [gamma] = [line for line in out.stdout.splitlines() if line.startswith("gamma: ")]
+    assert gamma.startswith("gamma: upstream clusters by MM2's naming rule ") and "alpha->beta" in gamma.split(
+        "flows heard in its heartbeats ")[1], gamma
     assert "flows (enabled): alpha->beta, beta->gamma" in out.stdout
     assert "password" not in out.stdout.lower()

@@ -108,8 +108,10 @@ def lines(cfg: MirrorConfig, views: list[ClusterView]) -> list[str]:
             out.append(f"{v.alias}: unreachable ({v.error})")
             continue
         hops = ", ".join(f"{a} ({n} hop{'s' if n > 1 else ''})" for a, n in sorted(v.hops.items()))
-        out.append(f"{v.alias}: upstream clusters {', '.join(v.upstream) or 'none'}"
-                   + (f"; replication hops {hops}" if hops else ""))
+        heard = sorted({f"{p.source}->{p.target}" for p in v.paths})
+        out.append(f"{v.alias}: upstream clusters by MM2's naming rule {', '.join(v.upstream) or 'none'}"
+                   + (f"; replication hops {hops}" if hops else "")
+                   + f"; flows heard in its heartbeats {', '.join(heard) or 'none'}")
         for p in sorted(v.paths, key=lambda p: (p.hops, p.source, p.target)):
             via = "" if p.topic == "heartbeats" else f" via {p.topic}"
             out.append(f"  heard {p.source}->{p.target}{via}: {p.hops} hop(s) from {p.source}, newest "

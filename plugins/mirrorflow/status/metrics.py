@@ -134,6 +134,7 @@ class PartitionMetrics:
         return max(now - self.last_timestamp / 1000.0, 0.0)
 
 
+RECENT_MINUTES = 5  # the window of the latency `status` and the progress line show
 PRODUCER_DELAY_S = 1.0  # invariant C: how long after its CreateTime a record is taken to be in the source's log
 
 
@@ -177,6 +178,9 @@ class FlowMetrics:
         # trigger outside foreachBatch (offsets, planning, offset and commit logs), as sampled from its progress.
         self.batch_times: collections.deque[tuple[float, float]] = collections.deque(maxlen=BATCH_TIMES)
         self.trigger_overheads: collections.deque[float] = collections.deque(maxlen=BATCH_TIMES)
+        # The flow's latency per minute (wall-clock minute, distribution) over the last RECENT_MINUTES: what `status`
+        # and the progress line call recent. Bound: RECENT_MINUTES distributions.
+        self.recent: collections.deque[tuple[int, Distribution]] = collections.deque(maxlen=RECENT_MINUTES)
         self._lock = threading.Lock()
 
     def observe(self, rows: Iterable[Mapping[str, Any]], read_all: bool = True) -> None:
@@ -186,7 +190,12 @@ class FlowMetrics:
             self.batches += 1
             self.planned_after = self.last_batch if read_all and self.last_batch else None
             self.last_batch = now
+            minute = int(now // 60)
+            if not self.recent or self.recent[-1][0] != minute:
+                self.recent.append((minute, Distribution()))
+            recent = self.recent[-1][1]
             for r in rows:
+                recent.merge(r["records"], r["latency_sum"], r["latency_min"], r["latency_max"], r["latency_buckets"])
                 m = self.partitions.setdefault((r["topic"], r["partition"]), PartitionMetrics())
                 m.records += r["records"]
                 m.bytes += r["bytes"]
@@ -295,6 +304,10 @@ class FlowMetrics:
             for m in self.partitions.values():
                 latency.merge(m.latency.count, m.latency.total, m.latency.minimum, m.latency.maximum,
                               m.latency.buckets)
+            window = Distribution()
+            for minute, d in self.recent:
+                if minute > now // 60 - RECENT_MINUTES:
+                    window.merge(d.count, d.total, d.minimum, d.maximum, d.buckets)
             times = list(self.batch_times)
             batch_ms = sum(t for t, _ in times) / len(times) if times else 0.0
             write_ms = sum(w for _, w in times) / len(times) if times else 0.0
@@ -323,21 +336,35 @@ class FlowMetrics:
                 "replication-lag-records": sum(p["replication-lag-records"] for p in parts),
                 "replication-lag-seconds": max((p["replication-lag-seconds"] for p in parts), default=0.0),
                 "replication-latency-ms-p99": latency.quantile(0.99),
+                # the last RECENT_MINUTES only (the figures above: since the driver started); None: no record
+                "recent-minutes": RECENT_MINUTES,
+                "recent-latency-ms-p50": window.quantile(0.5) if window.count else None,
+                "recent-latency-ms-p99": window.quantile(0.99) if window.count else None,
                 "replication-latency-ms-avg": round(latency.average, 1),
                 "partitions": parts,
             }
 
 
-def progress_line(s: Mapping[str, Any]) -> str:
-    """One readable line per interval."""
+def progress_line(s: Mapping[str, Any], with_lag: bool = True) -> str:
+    """One readable line per interval; `with_lag`: the lag as the driver last saw it (`status` shows the clusters'
+    lag instead, when they answer)."""
+    lag = (f"lag {s['replication-lag-records']} records / {s['replication-lag-seconds']:.1f} s, " if with_lag
+           else "")
     return (f"flow {s['flow']}: {s['state']}, {s['record-count']} records mirrored "
-            f"({s['record-rate']:.0f}/s, {s['byte-rate'] / 1e6:.1f} MB/s), lag {s['replication-lag-records']} "
-            f"records / {s['replication-lag-seconds']:.1f} s, latency avg {s['replication-latency-ms-avg']:.0f} ms "
-            f"p99 {s['replication-latency-ms-p99']} ms, {len(s['partitions'])} partitions, "
+            f"({s['record-rate']:.0f}/s, {s['byte-rate'] / 1e6:.1f} MB/s), {lag}{_recent_latency(s)}, "
+            f"{len(s['partitions'])} partitions, "
             f"{s['batches']} batches" + (f", {s['refused-count']} refused" if s.get("refused-count") else "")
             + (f", {s['lost-count']} LOST on the source before mirrored" if s.get("lost-count") else "")
             + "".join(f"; {h['topic']} HELD: {h['why']}" for h in s.get("held-topics", ()))
             + _stuck_text(s.get("stuck-partitions", ())))
+
+
+def _recent_latency(s: Mapping[str, Any]) -> str:
+    minutes = s.get("recent-minutes", RECENT_MINUTES)
+    if s.get("recent-latency-ms-p99") is None:
+        return f"no record in the last {minutes} min"
+    return (f"latency p50 {s['recent-latency-ms-p50']} ms p99 {s['recent-latency-ms-p99']} ms over the last "
+            f"{minutes} min")
 
 
 LAGGING_S = 60.0  # a flow this far behind is worth a log line of its own

@@ -149,9 +149,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                 if found is not None and alive else ""))
         else:
             age = max(time.time() - snap["updated"], 0)
-            lines.append("  driver: " + metrics.progress_line(snap) + f" (as of {age:.0f} s ago)")
-            lines.extend(f"    {p['topic']}-{p['partition']}: {p['record-count']} records, lag "
-                         f"{p['replication-lag-records']}, p99 {p['replication-latency-ms-p99']} ms"
+            # One lag per flow: the clusters' (the source's ends now against the target's offset syncs) when they
+            # answered, else the driver's as of its last batch, said as such.
+            lines.append("  driver: " + metrics.progress_line(snap, with_lag=found is None)
+                         + f" (as of {age:.0f} s ago" + (", lag as of its last batch)" if found is None else ")"))
+            lines.extend(f"    {p['topic']}-{p['partition']}: {p['record-count']} records, "
+                         + (f"lag {p['replication-lag-records']} at the driver's last batch, " if found is None else "")
+                         + f"p99 {p['replication-latency-ms-p99']} ms since the driver started"
                          + (f", {p['refused-count']} refused (they came from the topic they would go to)"
                             if p.get("refused-count") else "")
                          + (f", {p['lost-count']} LOST (deleted on the source before mirrored)"
@@ -175,8 +179,13 @@ def cmd_health(args: argparse.Namespace) -> int:
     cfg = load_config(args)
     flows = [cfg.flow(args.flow)] if args.flow else list(cfg.enabled_flows)
     found = [lifecycle.health(FlowLink.of(cfg, flow)) for flow in flows]
-    lines = [h.line() for h in found]
-    lines += [f"  behind: {b.topic}-{b.partition} {b.records} records" for h in found for b in h.behind()[:10]]
+    lines = []
+    for h in found:  # each flow's own lines under it
+        lines.append(h.line())
+        behind = h.behind()
+        lines += [f"  behind: {b.topic}-{b.partition} {b.records} records" for b in behind[:10]]
+        if len(behind) > 10:
+            lines.append(f"  behind: {len(behind) - 10} more partitions (--json lists them all)")
     show([h.as_dict() for h in found], args.json, "\n".join(lines))
     return 0
 
