@@ -383,5 +383,8 @@ def test_the_drill_fails_on_a_planned_loss_an_rpo_the_audit_contradicts_or_a_fai
     assert verdict([move("unplanned failover", rpo=30, audit=41, after=10)], {})  # more missing than reported
     assert verdict([move("unplanned failover", rpo=30, audit=29, after=10)], {})  # fewer than "at least"
     assert verdict([move("unplanned failover", rpo=None, audit=29, after=0)], {})  # nothing to hold against
+    late = move("unplanned failover", rpo=30, audit=35, after=10)
+    late.mirrored_through, late.oldest_not_mirrored = 100.0, 99.5  # a record older than the time bound is missing
+    assert verdict([late], {})
     assert verdict([], {"a->b": (3, "cannot read")}) == [
         "checkpoint rounds of a->b failed 3 time(s) with its clusters up: cannot read"]

@@ -478,8 +478,9 @@ def _home_the_stream_never_used(work: Path) -> Iterator[None]:
 def verdict(moves: Sequence[Move], checkpoint_errors: Mapping[str, tuple[int, str]]) -> list[str]:
     """What makes the drill fail, one line each: a planned move that lost or re-read a record of the moved group;
     an unplanned failover whose reported RPO (at least N records not mirrored, counted from the source's ends as
-    the stream last read them) is not what the audit found, give or take the records created after that read;
-    checkpoint rounds that failed while their clusters were up."""
+    the stream last read them) is not what the audit found, give or take the records created after that read, or
+    that misses a record older than its `mirrored_through`; checkpoint rounds that failed while their clusters were
+    up."""
     failures = []
     for m in moves:
         if m.name.startswith("planned") and (m.lost or m.re_read):
@@ -488,6 +489,11 @@ def verdict(moves: Sequence[Move], checkpoint_errors: Mapping[str, tuple[int, st
             if m.rpo_records is None or m.audit_not_mirrored is None or m.written_after_view is None:
                 failures.append(f"{m.name}: no RPO in records to hold against the audit (RPO: {m.rpo}; audit: "
                                 f"{m.audit_not_mirrored})")
+            elif (m.mirrored_through is not None and m.oldest_not_mirrored is not None
+                  and m.oldest_not_mirrored < m.mirrored_through):
+                failures.append(f"{m.name}: a record created at {m.oldest_not_mirrored:.3f} is missing on the other "
+                                f"side, although the report said every record before {m.mirrored_through:.3f} was "
+                                "mirrored")
             elif not m.rpo_records <= m.audit_not_mirrored <= m.rpo_records + m.written_after_view:
                 failures.append(f"{m.name}: the runbook reported at least {m.rpo_records} records not mirrored, the "
                                 f"audit found {m.audit_not_mirrored}, and {m.written_after_view} were created after "
