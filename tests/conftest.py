@@ -9,9 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from mirrorflow.dev import local
 from mirrorflow.model import config
 from support.clusters import REPO, clusters_text
+
+# The suite shares two cores with brokers, Spark and the other lane: generating a property's inputs may be slow
+# (seen: 8 inputs in 1.1 s), which is no failure of the property; each still runs all of its examples.
+settings.register_profile("shared-machine", suppress_health_check=[HealthCheck.too_slow], deadline=None)
+settings.load_profile("shared-machine")
 
 
 @pytest.fixture(scope="session")
@@ -50,9 +56,32 @@ def local_clusters(clusters_file: Path) -> Iterator[config.MirrorConfig]:
     cfg = config.load(clusters_file)
     try:
         local.up(cfg)
+        for cluster in cfg.clusters.values():
+            _wait_for_group_coordinator(cluster)
         yield cfg
     finally:
         local.down(cfg, purge=True)
+
+
+def _wait_for_group_coordinator(cluster: config.Cluster, timeout_s: float = 120.0) -> None:
+    """Until the broker answers a consumer group request: the first one creates `__consumer_offsets` (50
+    partitions), which took over 15 s on a busy machine, and a test's first lease check timed out on it."""
+    import time
+
+    from confluent_kafka import KafkaException
+    from mirrorflow.kafka import clients
+
+    admin = clients.admin(cluster, log_level=0)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.describe_consumer_groups(["mirrorflow-tests-warm-up"], request_timeout=10)[
+                "mirrorflow-tests-warm-up"].result(15)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
 
 
 @pytest.fixture(scope="session")
