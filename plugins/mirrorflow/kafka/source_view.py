@@ -6,12 +6,13 @@ offsets as it last read them and its `mirrored-through` time (status.metrics, in
 is never taken from here: the offset syncs say it.
 
   V1  `as_of` is no later than the moment the ends were read (the start of the trigger before the one that
-      reported them: a trigger may plan from ends read while the batch before it copied): every record counted
-      between a partition's position and its end here was written before `as_of`, and records written after
-      `as_of` are not in the view.
-  V2  The view is newer than what the flow had mirrored when it was written, so `not_mirrored(positions)` (the
-      offset syncs' positions, read later) is a lower bound of what the target lacks; what the source took after
-      `as_of` is unknown until it answers.
+      reported them: a trigger may plan from ends read while the batch before it copied), so every record above
+      a partition's end here was written after `as_of` (some written after `as_of` may be below it).
+  V2  Every record between a position the offset syncs hold now and the view's end of that partition is on the
+      source and not on the target, so `not_mirrored(positions)` is a lower bound of what the target lacks, where
+      a position commits with its records (records fenced, the default, and exactly-once; with
+      `mirrorflow.records.fenced = false` the target may hold up to one batch above its positions). What the
+      source took after the view is unknown until it answers.
 Bound: one live record per flow; a reader reads only the partition's newest record.
 """
 
