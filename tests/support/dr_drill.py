@@ -45,7 +45,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from support.streams import QUIET, StreamProcess
+from support.streams import QUIET, StreamProcess, environ
 
 REPO = Path(__file__).resolve().parents[2]
 PRIMARY_PORTS, BACKUP_PORTS = (25800, 25802, 25804), (25900, 25902, 25904)
@@ -356,7 +356,8 @@ class Drill:
             if s.pid:
                 os.kill(s.pid, signal.SIGKILL)
         began = time.monotonic()
-        with _home_the_stream_never_used(self.work):  # the runbook reads the clusters, not the stream's host
+        # the runbook reads the clusters, not the stream's host
+        with environ("MIRRORFLOW_HOME", tempfile.mkdtemp(prefix="runbook-home-", dir=self.work)):
             report = self.run_dag("mirrorflow_failover", {
                 "source": p, "target": b, "mode": "unplanned", "switch_flows": False, "groups": app.group,
                 "dry_run": False, "require_approval": False})
@@ -462,19 +463,6 @@ class Drill:
         return int(result["behind"]) + int(result["missing"])
 
 
-@contextmanager
-def _home_the_stream_never_used(work: Path) -> Iterator[None]:
-    saved = os.environ.get("MIRRORFLOW_HOME")
-    os.environ["MIRRORFLOW_HOME"] = tempfile.mkdtemp(prefix="runbook-home-", dir=work)
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("MIRRORFLOW_HOME", None)
-        else:
-            os.environ["MIRRORFLOW_HOME"] = saved
-
-
 def verdict(moves: Sequence[Move], checkpoint_errors: Mapping[str, tuple[int, str]]) -> list[str]:
     """What makes the drill fail, one line each: a planned move that lost or re-read a record of the moved group;
     an unplanned failover whose reported RPO (at least N records not mirrored, counted from the source's ends as
@@ -533,18 +521,11 @@ def run_dag(config_path: Path, dag_id: str, conf: dict[str, Any]) -> dict[str, A
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    saved = os.environ.get("MIRRORFLOW_CONFIG")
-    os.environ["MIRRORFLOW_CONFIG"] = str(config_path)  # dag.test() parses the DAG file again
-    try:
+    with environ("MIRRORFLOW_CONFIG", str(config_path)):  # dag.test() parses the DAG file again
         bag = DagBag(dag_folder=str(REPO / "dags"))
         if bag.import_errors:
             raise RuntimeError(f"DAG import errors: {bag.import_errors}")
         run = bag.dags[dag_id].test(run_conf=conf)
-    finally:
-        if saved is None:
-            os.environ.pop("MIRRORFLOW_CONFIG", None)
-        else:
-            os.environ["MIRRORFLOW_CONFIG"] = saved
     with create_session() as session:
         states = {ti.task_id: str(ti.state) for ti in
                   session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run.run_id)}

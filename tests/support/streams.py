@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,20 @@ class StreamProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+
+@contextlib.contextmanager
+def environ(name: str, value: str) -> Iterator[None]:
+    """`name` set to `value` in this process's environment for the block, then as it was."""
+    saved = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) -> None:

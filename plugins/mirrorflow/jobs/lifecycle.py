@@ -176,9 +176,14 @@ class Unmirrored:
     def line(self) -> str:
         through = self.view.mirrored_through
         return (f"at least {self.records} records not mirrored by the stream's last view of the source, at "
-                f"{time.strftime('%H:%M:%S', time.gmtime(self.view.as_of))} UTC"
+                f"{utc_time(self.view.as_of)} UTC"
                 + ("" if through is None else
-                   f"; every record created before {time.strftime('%H:%M:%S', time.gmtime(through))} UTC mirrored"))
+                   f"; every record created before {utc_time(through)} UTC mirrored"))
+
+
+def utc_time(seconds: float) -> str:
+    """HH:MM:SS of a wall-clock time, in UTC (the RPO lines: the day is the runbook's)."""
+    return time.strftime("%H:%M:%S", time.gmtime(seconds))
 
 
 def unmirrored(link: FlowLink) -> Unmirrored | None:

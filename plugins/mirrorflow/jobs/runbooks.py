@@ -210,11 +210,11 @@ def _rpo(link: FlowLink, health: lifecycle.FlowHealth, started: float) -> dict[s
                         f"written to {flow.source} after the newest mirrored ones are unknown{beat}"}
     view, records, through = seen.view, seen.records, seen.view.mirrored_through
     note = (f"{flow.source} unreachable: its ends as the stream last read them, at "
-            f"{time.strftime('%H:%M:%S', time.gmtime(view.as_of))} UTC ({max(started - view.as_of, 0):.0f} s "
+            f"{lifecycle.utc_time(view.as_of)} UTC ({max(started - view.as_of, 0):.0f} s "
             f"before this runbook), against what {flow.target} holds; records written after that are unknown")
     if through is not None:
         note += (f"; every record written to {flow.source} before "
-                 f"{time.strftime('%H:%M:%S', time.gmtime(through))} UTC is on {flow.target}")
+                 f"{lifecycle.utc_time(through)} UTC is on {flow.target}")
     return {"records": records, "at_least": True, "measured": False, "as_of": view.as_of,
             "seconds": None if through is None else round(max(started - through, 0.0), 1),
             "mirrored_through": through, "note": note}
