@@ -27,7 +27,8 @@ def test_validate_accepts_the_mm2_documentation_examples(name: str) -> None:
 def test_validate_json_lists_flows_and_masks_secrets(tmp_path: Path) -> None:
     cfg = tmp_path / "c.properties"
     cfg.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\n"
-                   "A->B.enabled = true\nA.sasl.jaas.config = x password=\"${env:PW}\";\n"
+                   "A->B.enabled = true\nA.sasl.jaas.config = org.apache.kafka.common.security.plain."
+                   "PlainLoginModule required username=\"u\" password=\"${env:PW}\";\n"
                    "A->B.ssl.truststore.password = plain-secret\n")
     r = run("--config", str(cfg), "validate", "--json", env={"PW": "hunter2", "PATH": "/usr/bin"})
     assert r.returncode == 0, r.stderr

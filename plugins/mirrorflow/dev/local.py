@@ -18,7 +18,11 @@ Invariants:
   E. every node of a cluster is formatted with node 1's cluster id; `down` of an alias stops every node
      found in its folder, also those a config that names fewer addresses left running;
   F. a cluster keeps the controller quorum it was formatted with: a config that would change it is refused
-     with the command that recreates the cluster.
+     with the command that recreates the cluster;
+  G. an alias whose config says `security.protocol = SSL` gets one broker with a TLS listener, its certificate
+     signed by the cluster's own authority (`tls/` in its folder, `dev.tls`); it requires client certificates
+     (mutual TLS) when the config names a keystore; the truststore and keystore the config names are written
+     (JKS by default, with the config's passwords) where no file exists, and `down --purge` removes them again.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from mirrorflow.dev import tls
 from mirrorflow.errors import LocalClusterError
-from mirrorflow.model.client_config import jaas_credentials
+from mirrorflow.model.client_config import JavaStore, jaas_credentials
 from mirrorflow.model.config import Cluster, MirrorConfig
 from mirrorflow.model.paths import home, jar_cache
 from mirrorflow.spark import maven
@@ -62,6 +67,8 @@ class LocalBroker:
     voters: tuple[tuple[int, str, int], ...] = ()  # the cluster's controllers: (node id, host, controller port)
     brokers: int = 1  # how many brokers the cluster has
     proxied: tuple[int, int] | None = None  # a second listener's (port, advertised port): a proxy's, for faults
+    tls: bool = False  # G: the listener speaks TLS
+    mutual_tls: bool = False  # G: and asks clients for their certificate
 
     @property
     def controller_port(self) -> int:
@@ -97,6 +104,10 @@ class LocalBroker:
     def credentials_file(self) -> Path:
         return self.folder / "super-user.json"
 
+    @property
+    def tls_folder(self) -> Path:
+        return self.folder / "tls"
+
 
 @dataclass(frozen=True)
 class BrokerStatus:
@@ -106,10 +117,11 @@ class BrokerStatus:
     pid: int | None
     secure: bool
     reachable: bool
+    tls: str | None = None  # "TLS" or "mutual TLS"
 
     def as_dict(self) -> dict[str, object]:
         return {"alias": self.alias, "port": self.port, "running": self.running, "pid": self.pid,
-                "secure": self.secure, "reachable": self.reachable}
+                "secure": self.secure, "reachable": self.reachable, "tls": self.tls}
 
 
 def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: bool = False,
@@ -129,11 +141,19 @@ def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: 
                 raise LocalClusterError(f"cluster {alias!r}: bootstrap.servers "
                                         f"{cluster.bootstrap_servers!r} is not on localhost")
             continue
-        protocol = cluster.client_config("admin").get("security.protocol", "PLAINTEXT").upper()
-        is_secure = secure or protocol.startswith("SASL")
-        if is_secure and len(addresses) > 1:
-            raise LocalClusterError(f"cluster {alias!r}: a secure local cluster has one broker; give "
+        client = cluster.client_config("admin")
+        protocol = client.get("security.protocol", "PLAINTEXT").strip().upper()
+        if protocol not in ("PLAINTEXT", "SASL_PLAINTEXT", "SSL"):
+            raise LocalClusterError(f"cluster {alias!r}: local clusters speak PLAINTEXT, SASL_PLAINTEXT or SSL, "
+                                    f"not {protocol}")
+        is_tls = protocol == "SSL"
+        is_secure = (secure and not is_tls) or protocol.startswith("SASL")
+        if (is_secure or is_tls) and len(addresses) > 1:
+            raise LocalClusterError(f"cluster {alias!r}: a secure or TLS local cluster has one broker; give "
                                     "bootstrap.servers one address")
+        if is_tls and not client.get("ssl.truststore.location"):
+            raise LocalClusterError(f"cluster {alias!r}: an SSL local cluster needs {alias}.ssl.truststore.location "
+                                    "and .password: local up writes the truststore there")
         folder = home() / "local" / alias
         voters = tuple((n, h, p + 1) for n, (h, p) in
                        enumerate(addresses[:QUORUM_SIZE if len(addresses) >= QUORUM_SIZE else 1], start=1))
@@ -143,10 +163,11 @@ def local_brokers(config: MirrorConfig, aliases: Iterable[str] = (), *, secure: 
                 raise LocalClusterError(f"cluster {alias!r}: port {controller_port} is node {node}'s controller port "
                                         "(its broker port + 1); give the brokers other ports")
         second = list((proxied or {}).get(alias, ()))
-        if second and (is_secure or len(second) != len(addresses)):
+        if second and (is_secure or is_tls or len(second) != len(addresses)):
             raise LocalClusterError(f"cluster {alias!r}: a proxied listener needs a plain cluster and one per broker")
         out.extend(LocalBroker(alias, h, p, is_secure, folder if n == 1 else folder / f"node-{n}", n, voters,
-                               len(addresses), second[n - 1] if second else None)
+                               len(addresses), second[n - 1] if second else None, is_tls,
+                               is_tls and bool(client.get("ssl.keystore.location")))
                    for n, (h, p) in enumerate(addresses, start=1))
     return out
 
@@ -205,6 +226,7 @@ def down(config: MirrorConfig, aliases: Iterable[str] = (), *, purge: bool = Fal
         stop(b, kill=purge)
     if purge:
         for b in brokers:
+            tls.forget(b.tls_folder)
             shutil.rmtree(b.folder, ignore_errors=True)
     return [_status(b) for b in brokers]
 
@@ -250,7 +272,7 @@ def _status(b: LocalBroker) -> BrokerStatus:
     pid = _running_pid(b)
     state = _read_state(b)
     return BrokerStatus(b.alias, b.port, pid is not None, pid, bool(state.get("secure", b.secure)),
-                        _port_open(b.host, b.port))
+                        _port_open(b.host, b.port), ("mutual TLS" if b.mutual_tls else "TLS") if b.tls else None)
 
 
 def _require_java() -> None:
@@ -313,7 +335,7 @@ def _jaas_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def _server_properties(b: LocalBroker, creds: tuple[str, str] | None) -> str:
+def _server_properties(b: LocalBroker, creds: tuple[str, str] | None, keystore_password: str | None = None) -> str:
     data = b.folder / "data"
     lines = [
         f"process.roles={'broker,controller' if b.is_controller else 'broker'}", f"node.id={b.node_id}",
@@ -331,6 +353,18 @@ def _server_properties(b: LocalBroker, creds: tuple[str, str] | None) -> str:
         "num.network.threads=2", "num.io.threads=4",
         "message.max.bytes=10485760", "replica.fetch.max.bytes=10485760",
     ]
+    if b.tls:
+        assert keystore_password is not None
+        lines += [
+            f"listeners=SSL://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller_port}",
+            f"advertised.listeners=SSL://{b.host}:{b.port}",
+            "listener.security.protocol.map=SSL:SSL,CONTROLLER:PLAINTEXT", "inter.broker.listener.name=SSL",
+            f"ssl.keystore.location={b.tls_folder / 'broker.p12'}", "ssl.keystore.type=PKCS12",
+            f"ssl.keystore.password={keystore_password}", f"ssl.key.password={keystore_password}",
+            f"ssl.truststore.location={b.tls_folder / 'ca.pem'}", "ssl.truststore.type=PEM",
+            f"ssl.client.auth={'required' if b.mutual_tls else 'none'}",
+        ]
+        return "\n".join(lines) + "\n"
     if creds is None:
         controller = f",CONTROLLER://{b.host}:{b.controller_port}" if b.is_controller else ""
         proxied, advertised = (f",PROXIED://{b.host}:{b.proxied[0]}", f",PROXIED://{b.host}:{b.proxied[1]}"
@@ -388,8 +422,8 @@ _LOG4J2 = """Configuration:
 def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
     b.folder.mkdir(parents=True, exist_ok=True)
     state = _read_state(b)
-    if state and bool(state.get("secure")) != b.secure:
-        was = "secure" if state.get("secure") else "not secure"
+    if state and (bool(state.get("secure")) != b.secure or bool(state.get("tls")) != b.tls):
+        was = "secure" if state.get("secure") else "with TLS" if state.get("tls") else "plain"
         raise LocalClusterError(f"cluster {b.alias!r} was created {was}; run `mirrorflow local down "
                                 f"--purge {b.alias}` to recreate it")
     # The cluster's quorum is the one node 1 was formatted with (before it was recorded: node 1 alone).
@@ -400,7 +434,8 @@ def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
                                 f"this config gives {b.quorum}; run `mirrorflow local down --purge {b.alias}` "
                                 "to recreate it")
     creds = _credentials(b, cluster) if b.secure else None
-    b.config_file.write_text(_server_properties(b, creds))
+    keystore_password = _tls_material(b, cluster) if b.tls else None
+    b.config_file.write_text(_server_properties(b, creds, keystore_password))
     b.config_file.chmod(0o600)
     (b.folder / "log4j2.yaml").write_text(_LOG4J2)
     if (b.folder / "data" / "meta.properties").exists():
@@ -414,7 +449,34 @@ def _prepare(b: LocalBroker, cluster: Cluster, jars: Path) -> None:
     if proc.returncode != 0:
         tail = " | ".join(proc.stdout.strip().splitlines()[-2:] + proc.stderr.strip().splitlines()[-2:])
         raise LocalClusterError(f"cluster {b.alias!r}: formatting the storage failed: {tail}")
-    (b.folder / "state.json").write_text(json.dumps({"secure": b.secure, "port": b.port, "quorum": b.quorum}))
+    (b.folder / "state.json").write_text(json.dumps({"secure": b.secure, "tls": b.tls, "port": b.port,
+                                                     "quorum": b.quorum}))
+
+
+def _tls_material(b: LocalBroker, cluster: Cluster) -> str:
+    """The broker's keystore (a fresh password each start, kept only in its 0600 config) and the client stores
+    the config names where none exist (G); the keystore's password."""
+    ca = tls.authority(b.tls_folder, b.alias)
+    password = secrets.token_urlsafe(18)
+    tls.write_pkcs12(b.tls_folder / "broker.p12", tls.issue(ca, f"{b.alias} broker", hosts=(b.host, "localhost")),
+                     ca, password)
+    client = cluster.client_config("admin")
+    for use in ("truststore", "keystore"):
+        location = client.get(f"ssl.{use}.location")
+        if not location or Path(location).exists():
+            continue
+        store = JavaStore(location, client.get(f"ssl.{use}.type", "JKS").upper(),
+                          client.get(f"ssl.{use}.password") or None,
+                          client.get("ssl.key.password") or None if use == "keystore" else None)
+        if store.kind not in ("JKS", "PKCS12"):
+            raise LocalClusterError(f"{b.alias}.ssl.{use}.type: local up writes JKS or PKCS12 stores, not {store.kind}")
+        key = f"{b.alias}.ssl.{use}.location"
+        if use == "truststore":
+            tls.write_truststore(store, ca, key=key)
+        else:
+            tls.write_keystore(store, tls.issue(ca, f"{b.alias} client"), ca, key=key)
+        tls.record_written(b.tls_folder, Path(location))
+    return password
 
 
 def _formatted_cluster_id(node_1: Path) -> str:

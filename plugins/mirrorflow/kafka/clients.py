@@ -8,9 +8,12 @@ from typing import Any
 from confluent_kafka import Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient
 
+from mirrorflow.errors import ConfigError
+from mirrorflow.kafka import stores
 from mirrorflow.kafka.internal_log import InternalLog
 from mirrorflow.model.client_config import to_librdkafka
-from mirrorflow.model.config import Cluster
+from mirrorflow.model.config import Cluster, MirrorConfig
+from mirrorflow.model.keys import CLIENT_ROLES
 
 _quiet = False
 
@@ -23,7 +26,7 @@ def quiet() -> None:
 
 def settings(cluster: Cluster, role: str, **overrides: Any) -> dict[str, Any]:
     """librdkafka settings for one role of a cluster (secrets included: never log them)."""
-    out: dict[str, Any] = dict(to_librdkafka(cluster.client_config(role), cluster=cluster.alias)[0])
+    out: dict[str, Any] = dict(to_librdkafka(cluster.client_config(role), cluster=cluster.alias, stores=stores)[0])
     if _quiet:
         out["log_level"] = 0
     # Java-client keys a consumer group of mirrorflow's own must not inherit from the user's consumers.
@@ -32,6 +35,20 @@ def settings(cluster: Cluster, role: str, **overrides: Any) -> dict[str, Any]:
         out.pop("group.instance.id", None)
     out.update(overrides)
     return out
+
+
+def check(config: MirrorConfig) -> None:
+    """Build every role's settings of every cluster, opening the stores they name; the first failure is a
+    ConfigError naming the file, line and key as written (for `validate`)."""
+    for cluster in config.clusters.values():
+        for role in CLIENT_ROLES:
+            try:
+                settings(cluster, role)
+            except ConfigError as e:
+                written = cluster.client_settings(role).get((e.key or "").removeprefix(f"{cluster.alias}."))
+                if written is None:
+                    raise
+                raise ConfigError(e.reason, source=config.source, line=written.line, key=written.key) from None
 
 
 def admin(cluster: Cluster, **overrides: Any) -> AdminClient:

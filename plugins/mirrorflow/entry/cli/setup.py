@@ -93,6 +93,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from mirrorflow.spark import stream_writer
 
     cfg = load_config(args)
+    clients.check(cfg)  # a store that cannot be opened fails here
     for target in sorted({f.target for f in cfg.enabled_flows}):  # what the stream's writer would refuse at start
         stream_writer.check_producer_tuning(clients.settings(cfg.cluster(target), "producer"), target)
     flows = ", ".join(f.name for f in cfg.enabled_flows) or "none"
@@ -117,7 +118,7 @@ def cmd_local(args: argparse.Namespace) -> int:
         states = local.status(cfg, args.aliases)
     lines = [f"{s.alias}: {'running' if s.running else 'stopped'}"
              f"{f' (pid {s.pid})' if s.pid else ''} on port {s.port}"
-             f"{', secure (SASL + ACLs)' if s.secure else ''}" for s in states]
+             f"{', secure (SASL + ACLs)' if s.secure else ''}{f', {s.tls}' if s.tls else ''}" for s in states]
     show([s.as_dict() for s in states], args.json, "\n".join(lines))
     return 0
 
