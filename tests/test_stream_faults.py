@@ -7,6 +7,7 @@ names never collide with another module's.
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -142,6 +143,58 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
         stream.stop()
 
 
+def test_records_deleted_while_the_running_stream_is_behind_are_counted_exactly_and_the_rest_flows(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    # deleteRecords moves the log start as retention does (Kafka Streams purges its repartition topics so); batches
+    # of 100 records keep the running flow far behind the backlog while its unread part is deleted.
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("lapse", "kept"), (PORTS["alpha"], PORTS["beta"]), ["lapse->kept"],
+                               "topics = lapse\\..*\nmirrorflow.stream.max.records.per.batch = 100\n"))
+    topic, other, total = "lapse.t", "lapse.other", 20_200
+    remote, syncs = f"lapse.{topic}", offset_syncs.topic_name("lapse")
+    create_topic(ALPHA, topic, 1)
+    create_topic(ALPHA, other, 1)
+    _produce(topic, 1, 200, "a")
+    _produce(other, 1, 200, "a")
+    stream = StreamProcess(cfg, "lapse->kept", tmp_path / "stream")
+    stream.start()
+    try:
+        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [200] and record_counts(BETA, f"lapse.{other}") == [200],
+                 240, "the first records", stream)
+        _fast_produce(topic, total - 200, "b")
+        position = _positions(syncs, (topic, 0))[-1]
+        deleted_to = min(total, position + 10_000)
+        admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
+        for f in admin.delete_records([TopicPartition(topic, 0, deleted_to)]).values():
+            f.result(30)
+        _produce(other, 1, 100, "b")
+        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [total], 600, "the rest of the backlog", stream)
+        wait_for(lambda: record_counts(BETA, f"lapse.{other}") == [300], 120, "the other topic", stream)
+
+        def recorded() -> tuple[int, tuple[tuple[int, int], ...]]:
+            loss = offset_sync_log.read({"bootstrap.servers": BETA, **QUIET}, syncs).losses.get((topic, 0))
+            return (loss.lost, loss.ranges) if loss is not None else (0, ())
+
+        # Every source offset is either on the target once or inside a recorded lost range, never both.
+        mirrored = [origin(m).offset for m in read_partition(BETA, remote, 0, committed=True)]
+        lost, lost_ranges = recorded()
+        lost_offsets = [o for start, end in lost_ranges for o in range(start, end)]
+        print(f"deleted below {deleted_to} with the flow at {position}: {lost} records lost in {lost_ranges}")
+        assert lost > 0 and lost == len(lost_offsets) == deleted_to - len([o for o in mirrored if o < deleted_to])
+        assert sorted(mirrored + lost_offsets) == list(range(total)), _replays(mirrored)
+        assert all(position <= start and end <= deleted_to for start, end in lost_ranges), lost_ranges
+        logged = [int(re.search(r"\((\d+) records\)", line)[1])  # type: ignore[index]
+                  for line in stream.output().splitlines() if f"DATA LOSS on lapse {topic}-0" in line]
+        assert sum(logged) == lost, stream.output()[-3000:]
+        [flow] = _cli(cfg, "status", "--flow", "lapse->kept")
+        counts = {(q["topic"], q["partition"]): q.get("lost-count", 0) for q in flow.get("partitions", [])}
+        assert counts[(topic, 0)] == lost and counts[(other, 0)] == 0, counts
+        assert stream.alive()
+        assert stream.stop() == 0
+    finally:
+        stream.stop()
+
+
 def test_a_topic_re_created_on_the_source_is_mirrored_again_from_its_first_record(
         stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
     cfg = tmp_path / "mirror.properties"
@@ -174,11 +227,35 @@ def test_a_topic_re_created_on_the_source_is_mirrored_again_from_its_first_recor
         assert values[300:] == [f"new-{i}".encode() for i in range(50)]
         assert "reborn.t re-created: their offset syncs removed" in stream.output(), stream.output()[-3000:]
 
-        # Re-created while the flow runs, shorter than before: nothing skipped either.
-        recreate([f"third-{i}".encode() for i in range(20)])
-        wait_for(lambda: record_counts(BETA, "reborn.reborn.t") == [370], 240, "the third incarnation", stream)
+        # Re-created while the flow runs, shorter than before: nothing skipped either; another topic of the flow,
+        # written all along, keeps every record once and in order across the query's restart.
+        create_topic(ALPHA, "reborn.steady", 1)
+        steady: list[bytes] = []
+        done = threading.Event()
+
+        def write_steady() -> None:
+            p = producer(ALPHA)
+            while not done.is_set() or len(steady) < 50:
+                steady.append(f"steady-{len(steady)}".encode())
+                p.produce("reborn.steady", steady[-1], partition=0)
+                p.flush(10)
+                time.sleep(0.05)
+
+        writer = threading.Thread(target=write_steady)
+        writer.start()
+        try:
+            wait_for(lambda: record_counts(BETA, "reborn.reborn.steady") not in ([], [0]), 240, "the steady topic",
+                     stream)
+            recreate([f"third-{i}".encode() for i in range(20)])
+            wait_for(lambda: record_counts(BETA, "reborn.reborn.t") == [370], 240, "the third incarnation", stream)
+        finally:
+            done.set()
+            writer.join()
         values = [m.value() for m in read_partition(BETA, "reborn.reborn.t", 0, committed=True)]
         assert values[350:] == [f"third-{i}".encode() for i in range(20)]
+        wait_for(lambda: record_counts(BETA, "reborn.reborn.steady") == [len(steady)], 120, "the steady records",
+                 stream)
+        assert [m.value() for m in read_partition(BETA, "reborn.reborn.steady", 0, committed=True)] == steady
         assert stream.alive()
         assert stream.stop() == 0
     finally:
@@ -355,11 +432,10 @@ def _payload(message: Any) -> int:
 # into requests (one waiting to be sent, or the rest of one half written: batch.size, 1 MiB, each; two as a margin),
 # and the writer hands up to 63 more records over before its next lease check.
 _LATE_PAYLOAD_BOUND = 2 * 1_048_576
-# Exactly-once records take the default's writer path (transactions of the task slots' ids, fenced alike): its
-# fencing of a second instance is proven in test_stream_guarantees, and a frozen one here would prove it twice.
 _FROZEN_MODES = {  # mode -> (source alias, target alias, flow settings)
     "at-least-once": ("icy", "thaw", ""),
     "at-least-once-idempotent": ("ici", "thai", "mirrorflow.records.fenced = false\n"),
+    "exactly-once": ("ice", "tea", "{target}.exactly.once.source.support = enabled\n"),
 }
 
 

@@ -71,8 +71,9 @@ FLOW_KEYS: tuple[Key, ...] = (
     # none after the takeover (flow_lease, W4); false: idempotent records, no commit markers among them and a
     # read_committed consumer sees each at once, but a frozen writer can land requests it had built, late.
     Key("mirrorflow.records.fenced", "bool", "true"),
-    # Offset-sync anchors kept per source partition (with its position: 256 live records), and the least
-    # spacing between them near the head in target offsets; 0: each batch's end until the bound (anchors.py).
+    # Offset-sync anchors kept per source partition (with its position and loss record: 257 live records, plus one
+    # incarnation record per topic), and the least spacing between them near the head in target offsets; 0: each
+    # batch's end until the bound (anchors.py).
     Key("mirrorflow.offset-syncs.anchors.max", "int", "255"),
     Key("mirrorflow.offset-syncs.anchors.spacing", "int", "0"),
     Key("mirrorflow.offset-syncs.prune.interval.seconds", "int", "60"),
