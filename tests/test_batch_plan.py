@@ -1,4 +1,4 @@
-"""The stream's batch planning (rules/batch_plan): admission and task-slot ranges, invariants P1-P4 and P6."""
+"""The stream's batch planning (rules/batch_plan): admission and task-slot ranges, invariants P1-P4, P6 and P8."""
 
 from __future__ import annotations
 
@@ -51,6 +51,16 @@ def test_every_partition_moves_every_batch_while_the_cap_leaves_each_its_minimum
 
 def test_a_new_partition_ends_its_first_batch_at_its_log_start() -> None:
     assert batch_plan.admit({A0: 5}, {A0: 5, B0: 700}, {B0: 300}, None) == {A0: 5, B0: 300}
+
+
+def test_a_partition_deleted_past_its_start_crosses_the_deleted_span_in_one_batch() -> None:
+    # P8: 9,000 records deleted unread; the cap of 200 is shared from the log start, not spent inside the gap.
+    start, latest = {A0: 1_000, A1: 0}, {A0: 20_000, A1: 100}
+    end = batch_plan.admit(start, latest, {A0: 10_000}, 200)
+    assert end[A0] > 10_000 and (end[A0] - 10_000) + end[A1] <= 200 + 2
+    assert batch_plan.admit(start, latest, {A0: 10_000, A1: 0}, None) == latest
+    assert batch_plan.admit({A0: 1_000}, {A0: 5_000}, {A0: 5_000}, 200) == {A0: 5_000}  # all of it deleted
+    assert batch_plan.admit({A0: 1_000}, {A0: 5_000}, {A0: 500}, 200) == {A0: 1_200}  # a log start below: as before
 
 
 def test_offsets_that_went_back_end_the_batch_there_and_no_range_is_read() -> None:

@@ -185,7 +185,8 @@ def test_records_deleted_while_the_running_stream_is_behind_are_counted_exactly_
         assert all(position <= start and end <= deleted_to for start, end in lost_ranges), lost_ranges
         logged = [int(re.search(r"\((\d+) records\)", line)[1])  # type: ignore[index]
                   for line in stream.output().splitlines() if f"DATA LOSS on lapse {topic}-0" in line]
-        assert sum(logged) == lost, stream.output()[-3000:]
+        # P8: the span is crossed at once (batches planned before the deletion was seen may each find a piece).
+        assert sum(logged) == lost and len(logged) <= 3, stream.output()[-3000:]
         [flow] = _cli(cfg, "status", "--flow", "lapse->kept")
         counts = {(q["topic"], q["partition"]): q.get("lost-count", 0) for q in flow.get("partitions", [])}
         assert counts[(topic, 0)] == lost and counts[(other, 0)] == 0, counts

@@ -18,6 +18,10 @@ Policy only, no I/O: the stream's source (spark/range_source) asks the clusters 
       after a read does).
   P2  A partition first seen after the query began (no start) ends its first batch at its log start: it is
       read from there on, the way Kafka's own source starts a new partition at its earliest offset.
+  P8  A partition whose log start, when known, is above its start (the source deleted records the flow had not
+      read: retention, deleteRecords) is planned from its log start: its backlog counts from there and its end
+      is at least the log start, so the deleted span is crossed in one batch (one loss for the driver to record)
+      and not a share at a time.
   P3  `slot_ranges` is a pure function of (start, end, slots): a batch replayed from the offset log after a
       crash is planned exactly as it was. Every partition with from < until lies in exactly one slot, and each
       slot's records are within one range of an even share.
@@ -67,21 +71,25 @@ def turns(backlog: Mapping[TopicPartition, int], max_records: int | None) -> int
 
 def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int | None,
           turn: int = 0) -> dict[TopicPartition, int]:
-    """The batch's end offsets (P1, P2, P6): `latest` for every partition the source has now, capped in all to
+    """The batch's end offsets (P1, P2, P6, P8): `latest` for every partition the source has now, capped in all to
     `max_records` (None: no cap) and shared out among this `turn`'s partitions in proportion to each one's
-    backlog; `log_starts`: the log start of each partition in `latest` but not in `start`."""
+    backlog; `log_starts`: the log start of each partition in `latest` but not in `start`, and of any other
+    partition whose log start is known."""
     end: dict[TopicPartition, int] = {}
     backlog: dict[TopicPartition, int] = {}
+    begin: dict[TopicPartition, int] = {}  # where each backlog counts from (P8: past records deleted unread)
     for tp, last in latest.items():
         if tp not in start:
             end[tp] = log_starts.get(tp, 0)
-        elif last > start[tp]:
-            backlog[tp] = last - start[tp]
-        else:
-            end[tp] = last  # nothing new, or offsets went back (re-created, truncated): the batch shows the driver
+            continue
+        begin[tp] = max(start[tp], min(log_starts.get(tp, start[tp]), last))
+        if last > begin[tp]:
+            backlog[tp] = last - begin[tp]
+        else:  # nothing new; all of it deleted unread (P8); or offsets went back (re-created, truncated: the
+            end[tp] = last  # batch shows the driver)
     total = sum(backlog.values())
     if max_records is None or total <= max_records:
-        end.update((tp, start[tp] + size) for tp, size in backlog.items())
+        end.update((tp, begin[tp] + size) for tp, size in backlog.items())
         return end
     g = turns(backlog, max_records)
     moving = {tp: size for i, (tp, size) in enumerate(sorted(backlog.items())) if i % g == turn % g}
@@ -90,9 +98,9 @@ def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int
         if tp not in moving:
             end[tp] = start[tp]
         elif moved <= max_records:
-            end[tp] = start[tp] + size
+            end[tp] = begin[tp] + size
         else:
-            end[tp] = start[tp] + min(size, max(1, math.floor(max_records * size / moved)))
+            end[tp] = begin[tp] + min(size, max(1, math.floor(max_records * size / moved)))
     return end
 
 

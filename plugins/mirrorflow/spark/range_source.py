@@ -107,8 +107,9 @@ class RangeReader(DataSourceStreamReader):
         self._latest: dict[tuple[str, int], int] | None = None
         self._missing_once: set[str] = set()
         self._turn = 0  # batches planned since this reader began (P6: whose turn it is); restarts at 0
-        # P7: the next trigger's ends (and metadata, when due), being read
-        self._ahead: Future[tuple[dict[str, int] | None, dict[TopicPartition, int]]] | None = None
+        # P7: the next trigger's ends and log starts (P8), and metadata when due, being read
+        self._ahead: Future[tuple[dict[str, int] | None, dict[TopicPartition, int], dict[TopicPartition, int]]] | None
+        self._ahead = None
         self._reading: ThreadPoolExecutor | None = None  # one thread: at most one read ahead at a time
 
     def __getstate__(self) -> dict[str, Any]:
@@ -178,25 +179,29 @@ class RangeReader(DataSourceStreamReader):
         self._ahead = self._reading.submit(self._answers, tps, metadata_due)
 
     def _answers(self, tps: list[TopicPartition], metadata_due: bool
-                 ) -> tuple[dict[str, int] | None, dict[TopicPartition, int]]:
+                 ) -> tuple[dict[str, int] | None, dict[TopicPartition, int], dict[TopicPartition, int]]:
         counted = admin_sync.partition_counts(self.admin, self.plan.source)[0] if metadata_due else None
-        return counted, self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
+        latest = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
+        return counted, latest, self._offsets(tps, OffsetSpec.earliest(), within=10.0)  # type: ignore[no-untyped-call]
 
-    def _read_ahead_answers(self) -> tuple[dict[str, int] | None, dict[TopicPartition, int] | None]:
-        """What the read ahead found, if it is in (taken once): partition counts (None: not read) and ends."""
+    def _read_ahead_answers(self) -> tuple[dict[str, int] | None, dict[TopicPartition, int] | None,
+                                           dict[TopicPartition, int]]:
+        """What the read ahead found, if it is in (taken once): partition counts (None: not read), ends (None: not
+        in) and log starts."""
         ahead, self._ahead = self._ahead, None
         if ahead is None or not ahead.done() or ahead.exception() is not None:
-            return None, None
+            return None, None, {}
         return ahead.result()
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
         begun = batch_plan.decode(start)
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
-            counted, answered = self._read_ahead_answers()
+            counted, answered, deleted_to = self._read_ahead_answers()
             tps = self._partitions(counted)
             if answered is None or answered.keys() != set(tps) or not batch_plan.fills(begun, answered, cap):
                 answered = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
+                deleted_to = {}  # P8 plans only from log starts read with the ends it plans from
             present = set(tps)
             # A partition without a leader just now stays where it is; one whose topic is gone drops out.
             latest = {**{tp: o for tp, o in begun.items() if tp in present}, **answered}
@@ -213,7 +218,7 @@ class RangeReader(DataSourceStreamReader):
                             self.plan.flow, exc)
             return start
         self._latest = latest
-        end = batch_plan.admit(begun, latest, log_starts, cap, self._turn)
+        end = batch_plan.admit(begun, latest, {**deleted_to, **log_starts}, cap, self._turn)
         if end != begun:
             self._turn += 1  # a batch runs: the next one moves the next turn's partitions (P6)
         if batch_plan.fills(end, latest, cap):
