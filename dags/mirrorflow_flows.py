@@ -32,7 +32,8 @@ def flow_dag(flow: Flow) -> DAG:
     period = deployment.flow_period(flow)
     with DAG(dag_id=deployment.dag_id("flow", flow), schedule=timedelta(seconds=period),
              start_date=deployment.START, catchup=False, max_active_runs=1, doc_md=__doc__,
-             default_args=RETRIED_ONCE, tags=["mirrorflow", "flow", flow.source, flow.target]) as dag:
+             default_args=RETRIED_ONCE,
+             tags=["mirrorflow", deployment.ON_CALL_TAG, "flow", flow.source, flow.target]) as dag:
 
         @task(task_id="health", execution_timeout=timedelta(minutes=10))
         def health() -> dict[str, object]:

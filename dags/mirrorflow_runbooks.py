@@ -15,7 +15,8 @@ restart the original flow.
 5. `switch_flows`: stops the drained flow cleanly; starts (failover) or restarts (failback) the other direction.
 6. `report`: a markdown report (groups, partitions, offsets, RPO, how long the runbook took), also the run's XCom.
 
-`dry_run` (the default: untick it for the real run) runs the reading steps and says what the others would do.
+`dry_run` (the default: untick it for the real run) runs the reading steps and says what the others would do;
+its `DRY_RUN` task succeeds (a real run skips it), so the grid shows which runs were dry runs.
 The report is on the run's page (tab "mirrorflow report") and in the `report` task's XCom. Same steps as
 `mirrorflow failover|failback`.
 """
@@ -84,8 +85,13 @@ FORMS = {
 
 def runbook_dag(kind: str) -> DAG:
     with DAG(dag_id=f"mirrorflow_{kind}", schedule=None, start_date=deployment.START, catchup=False,
-             max_active_runs=1, doc_md=__doc__, params=FORMS[kind], tags=["mirrorflow", "runbook", kind],
+             max_active_runs=1, doc_md=__doc__, params=FORMS[kind],
+             tags=["mirrorflow", deployment.ON_CALL_TAG, "runbook", kind],
              default_args=deployment.TASK_DEFAULTS) as dag:
+
+        @task(task_id="DRY_RUN")
+        def dry_run_marker() -> str:
+            return scheduled.runbook_dry_run_marker(get_current_context()["params"])
 
         @task(task_id="preflight", execution_timeout=timedelta(minutes=5))
         def preflight() -> dict[str, Any]:
@@ -120,6 +126,7 @@ def runbook_dag(kind: str) -> DAG:
             return scheduled.runbook_report(pre, drained, moved, switched, approved)
 
         # Each call gives the step's XComArg, which Airflow hands the next step as its result: typed Any here.
+        dry_run_marker()
         pre: Any = preflight()
         gate = needs_approval()
         drained: Any = drain(pre)

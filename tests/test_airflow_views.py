@@ -37,12 +37,20 @@ def test_an_audit_report_shows_its_verdict_and_partitions_and_raw_html_is_never_
     assert "<script>" not in airflow_views.markdown_html("<script>alert(1)</script>")
 
 
-def test_the_flows_page_marks_a_flow_that_should_run_and_does_not() -> None:
-    rows = [{"flow": "a->b", "requested": "running", "running": False, "holders": [], "lag_records": 1200,
-             "lag_seconds": 3.5, "heartbeat_age_s": 4.0, "checkpoint_age_s": None, "lag_error": ""},
-            {"flow": "b->a", "requested": "stopped", "running": False, "holders": [], "lag_records": 0,
-             "lag_seconds": 0.0, "heartbeat_age_s": None, "checkpoint_age_s": 30.0, "lag_error": ""},
-            {"flow": "c->a", "error": "cluster c: unreachable"}]
-    page = airflow_views.flows_html(rows, "mirror.properties")
-    assert "<span class='bad'>no</span>" in page and "<span class='muted'>no</span>" in page
-    assert "1,200" in page and "3.5" in page and "cluster c: unreachable" in page
+def test_a_flow_dag_run_reports_its_health_sync_and_checkpoints_and_a_failed_health_check_its_cause() -> None:
+    health = {"flow": "a->b", "requested": "running", "line": "flow a->b: running on h, lag 12 records / 0.4 s",
+              "behind": [{"topic": "t", "partition": 0, "records": 12}], "lost": []}
+    found = {("health", "return_value"): health, ("plan", "return_value"): {"planned": ["create topic a.t"]},
+             ("apply_topics", "return_value"): {"changed": ["create topic a.t (3 partitions)"]},
+             ("apply_configs", "return_value"): {"changed": []},
+             ("checkpoints", "return_value"): {"rounds": 4, "groups": 2, "partitions": 6, "inexact": 1}}
+    states = {"health": "success", "plan": "success", "apply_topics": "success", "apply_configs": "success",
+              "apply_acls": "running", "checkpoints": "success"}
+    text = airflow_views.report_markdown(found, states) or ""
+    assert text.startswith("**flow a->b: running on h, lag 12 records / 0.4 s**")
+    assert "- behind: t-0: 12 records" in text and "- sync topics: create topic a.t (3 partitions)" in text
+    assert "- sync configs: nothing to change" in text and "- sync acls: running (reload when it ends)" in text
+    assert "- checkpoints: 4 round(s), 2 group(s), 6 partition(s), 1 not exact" in text
+    cause = "flow a->b: should run but no stream holds its lease (see DAG mirrorflow_stream__a_to_b)"
+    failed = airflow_views.report_markdown({("health", "error"): cause}, {**states, "health": "failed"}) or ""
+    assert failed.startswith(f"**TROUBLE: {cause}**")

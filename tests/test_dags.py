@@ -66,6 +66,9 @@ def test_every_dag_has_docs_tags_an_owner_and_sane_retries(airflow_home: Path, c
     for dag_id, dag in bag.dags.items():
         assert dag.doc_md and len(dag.doc_md) > 200, dag_id
         assert "mirrorflow" in dag.tags, dag_id
+        # What a person on call watches or triggers carries the tag the flows view links to, and nothing else does.
+        watched = dag_id.startswith(("mirrorflow_flow__", "mirrorflow_failover", "mirrorflow_failback"))
+        assert ("on-call" in dag.tags) is watched, dag_id
         for t in dag.tasks:
             assert t.owner == "mirrorflow", dag_id
             assert t.retries <= 3, f"{dag_id}.{t.task_id}"

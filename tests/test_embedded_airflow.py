@@ -136,15 +136,30 @@ def test_a_newcomer_in_a_browser_sees_no_failed_run_reads_the_lag_and_runs_the_f
         page.goto(f"{base}/dags?tags=mirrorflow")
         page.get_by_role("link", name="mirrorflow_failover").first.wait_for()
 
-        page.get_by_role("button", name="Browse").click()
-        page.get_by_role("menuitem", name="mirrorflow flows").click()
+        page.goto(f"{base}/")
+        page.get_by_role("link", name="mirrorflow flows").click()  # one click from the home page
         flows = page.frame_locator("iframe")
-        row = flows.locator("tr", has_text="home->away")
+        row = flows.locator("tr[data-flow='home->away']")
         row.wait_for()
         cells = row.locator("td").all_inner_texts()
-        assert cells[1:3] == ["running", "yes"] and cells[3].replace(",", "").isdigit(), cells
+        assert row.locator("[data-state]").get_attribute("data-state") in ("healthy", "behind"), cells
+        assert cells[2].startswith("running") and cells[3] != "not running" and "records" in cells[4], cells
+        standby = flows.locator("tr[data-flow='away->home']")
+        assert standby.locator("[data-state]").get_attribute("data-state") == "stopped"
+        assert "requested stopped (standby)" in standby.inner_text()
+        assert standby.locator("td").all_inner_texts()[9] == "not running"  # no checkpoint age for a stopped flow
         page.screenshot(path=tmp_path / "flows.png")
         print(f"\nflows page, home->away: {cells}")
+        # The view refreshes itself: its table is asked for again within REFRESH_S, without a reload.
+        flows.locator("#refreshed", has_text="refreshed ").wait_for(timeout=30_000)
+        print(f"flows page after its refresh: {flows.locator('#refreshed').inner_text()}")
+        # A flow's name opens its partitions.
+        flows.get_by_role("link", name="home->away").click()
+        partition = flows.locator("tr[data-partition='emb.orders-0']")
+        partition.wait_for()
+        print(f"partitions of home->away, emb.orders-0: {partition.locator('td').all_inner_texts()}")
+        assert flows.locator("tr[data-partition='emb.orders-1']").count() == 1
+        page.screenshot(path=tmp_path / "partitions.png")
 
         page.goto(f"{base}/dags/mirrorflow_failover")
         page.get_by_role("button", name="Trigger").first.click()

@@ -260,9 +260,9 @@ def test_a_bad_request_fails_at_preflight_having_changed_nothing(dr: Deployment)
     assert all(tasks.get(t) in (None, "None", "upstream_failed") for t in ("drain", "move_groups", "switch_flows"))
     # The form's defaults are a dry run of the first flow: with no group to move it still reports health and RPO.
     state, tasks, report = _run_dag(dr, "mirrorflow_failover", {"groups": "nobody-.*"})
-    assert state == "success" and tasks["approval"] == "skipped", tasks
+    assert state == "success" and tasks["approval"] == "skipped" and tasks["DRY_RUN"] == "success", tasks
     assert "matches none of" in report["markdown"] and "RPO" in report["markdown"], report
-    assert "primary->backup" in report["markdown"] and "dry run" in report["markdown"]
+    assert "primary->backup" in report["markdown"] and "**DRY RUN: nothing was changed.**" in report["markdown"]
     assert lifecycle.requested(FlowLink.of(dr.cfg, forward)) == before
     assert _holders(dr.cfg, "primary->backup")
 
@@ -282,7 +282,7 @@ def test_planned_failover_moves_the_group_so_it_reads_exactly_the_remaining_reco
         "source": "primary", "target": "backup", "groups": "dr-.*", "mode": "planned", "dry_run": False,
         "require_approval": False})
     assert state == "success", tasks
-    assert tasks["approval"] == "skipped"
+    assert tasks["approval"] == "skipped" and tasks["DRY_RUN"] == "skipped"  # a real run: no dry-run mark
     print("\n" + report["markdown"])
     assert report["groups"] == 1 and report["partitions"] == PARTITIONS and "RPO: 0 records" in report["markdown"]
 

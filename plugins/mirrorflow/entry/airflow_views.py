@@ -2,9 +2,9 @@
 
 `plugins/mirrorflow_views.py` registers these with Airflow (an Airflow 3 plugin: a FastAPI app mounted at
 `/mirrorflow`, shown through external views). Both pages need a logged-in user, as Airflow's own API does:
-- **Flows** (`/mirrorflow/flows`): per enabled flow, read from its clusters as `mirrorflow health` does:
-  requested state, running or not, lag in records and seconds, newest heartbeat and checkpoint age, and a
-  link to the stream's Spark UI when the driver runs on this host;
+- **Flows** (`/mirrorflow/flows`, a top-level entry of Airflow's navigation): per enabled flow, read from its
+  clusters as `mirrorflow health` does, refreshing itself (`flows_view`); a flow's name opens its partitions
+  (`/mirrorflow/flows/{flow}`);
 - **mirrorflow report** (`/mirrorflow/runs/{dag_id}/{run_id}`, a tab on each run's page): the runbook's
   report (or its preflight summary when it stopped before the report), the audit's or the backfill's verdict,
   the control action's health line, read from the run's XComs.
@@ -14,32 +14,22 @@ from __future__ import annotations
 
 import html
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mirrorflow.entry import deployment
+from mirrorflow.entry import deployment, flows_view
 from mirrorflow.errors import MirrorflowError
-from mirrorflow.jobs import checkpoints, lifecycle
-from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 PREFIX = "/mirrorflow"
 PROJECT = Path(__file__).resolve().parents[3]
-STATUS_FRESH_S = 60.0  # the driver rewrites its status file every 10 s
 # The XComs each kind of DAG leaves, in the order a report page looks for them: (task, key).
 REPORTS: Sequence[tuple[str, str]] = (("report", "return_value"), ("audit", "report"),
                                       ("backfill", "return_value"), ("act", "return_value"),
                                       ("preflight", "return_value"))
-_STYLE = """<style>
-body{font-family:system-ui,sans-serif;margin:1.2rem;color:#1a202c}
-table{border-collapse:collapse;margin:.6rem 0}th,td{border:1px solid #cbd5e0;padding:.3rem .6rem;text-align:left}
-td.n{text-align:right}.bad{color:#c53030;font-weight:600}.ok{color:#276749}.muted{color:#718096}
-pre{background:#f7fafc;padding:.6rem;overflow:auto}
-</style>"""
 
 
 def config_path() -> Path:
@@ -48,66 +38,8 @@ def config_path() -> Path:
 
 
 def _page(title: str, body: str) -> str:
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{_STYLE}"
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>{flows_view.STYLE}"
             f"</head><body>{body}</body></html>")
-
-
-def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "none"
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
-def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None) -> list[dict[str, Any]]:
-    """What the Flows page shows, one dict per enabled flow (of `names`, if given); a flow whose clusters do not
-    answer says why."""
-    rows = []
-    for flow in cfg.enabled_flows:
-        if names is not None and flow.name not in names:
-            continue
-        row: dict[str, Any] = {"flow": flow.name}
-        try:
-            found = lifecycle.health(FlowLink.of(cfg, flow))
-            row.update(requested=found.requested.state, running=found.alive, holders=list(found.holders),
-                       lag_records=found.lag_records, lag_seconds=found.lag_seconds,
-                       heartbeat_age_s=found.heartbeat_age_s, lag_error=found.source_error or found.lease_error,
-                       checkpoint_age_s=checkpoints.newest_checkpoint_age_s(FlowLink.of(cfg, flow)))
-        except MirrorflowError as exc:
-            row["error"] = str(exc)
-        status = metrics.read_status(metrics.status_file(flow)) or {}
-        fresh = time.time() - float(status.get("updated", 0)) < STATUS_FRESH_S  # a killed driver leaves "running"
-        if row.get("running") and fresh and status.get("state") in ("running", "stalled") and status.get("spark-ui"):
-            row["spark_ui"] = status["spark-ui"]
-        rows.append(row)
-    return rows
-
-
-def flows_html(rows: Sequence[Mapping[str, Any]], source: str) -> str:
-    head = ("<tr><th>flow</th><th>requested</th><th>running</th><th>lag (records)</th><th>lag (seconds)</th>"
-            "<th>newest heartbeat</th><th>newest checkpoint</th><th>Spark UI</th></tr>")
-    lines = []
-    for r in rows:
-        name = html.escape(r["flow"])
-        if "error" in r:
-            lines.append(f"<tr><td>{name}</td><td colspan='7' class='bad'>{html.escape(r['error'])}</td></tr>")
-            continue
-        should_run = r["requested"] == lifecycle.RUNNING
-        running = ("<span class='ok'>yes</span>" if r["running"] else
-                   "<span class='bad'>no</span>" if should_run else "<span class='muted'>no</span>")
-        lag = "?" if r["lag_records"] is None else f"{r['lag_records']:,}"
-        seconds = "?" if r["lag_seconds"] is None else f"{r['lag_seconds']:.1f}"
-        ui = (f"<a href='{html.escape(r['spark_ui'])}' target='_blank' rel='noopener'>open</a>"
-              if r.get("spark_ui") else "<span class='muted'>not on this host</span>" if r["running"] else "")
-        lines.append(f"<tr><td>{name}</td><td>{html.escape(r['requested'])}</td><td>{running}</td>"
-                     f"<td class='n'>{lag}</td><td class='n'>{seconds}</td><td>{_age(r['heartbeat_age_s'])}</td>"
-                     f"<td>{_age(r['checkpoint_age_s'])}</td><td>{ui}</td></tr>")
-        if r.get("lag_error"):
-            lines.append(f"<tr><td></td><td colspan='7' class='muted'>{html.escape(r['lag_error'])}</td></tr>")
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    body = (f"<h2>mirrorflow flows</h2><p class='muted'>Read from the clusters at {stamp}; config "
-            f"{html.escape(source)}. Reload for fresh figures.</p><table>{head}{''.join(lines)}</table>"
-            if rows else f"<h2>mirrorflow flows</h2><p>No enabled flow in {html.escape(source)}.</p>")
-    return _page("mirrorflow flows", body)
 
 
 def markdown_html(text: str) -> str:
@@ -120,6 +52,8 @@ def report_markdown(found: Mapping[tuple[str, str], Any], states: Mapping[str, s
     """The run's report as markdown, from its XComs keyed (task, key) and its task states; None when the run left
     none."""
     states = states or {}
+    if "health" in states or ("health", "return_value") in found:
+        return flow_run_markdown(found, states)
     for task, key in REPORTS:
         value = found.get((task, key))
         if not isinstance(value, Mapping):
@@ -133,6 +67,57 @@ def report_markdown(found: Mapping[tuple[str, str], Any], states: Mapping[str, s
         if "flow" in value and "requested" in value:
             return f"**flow {value['flow']}**: {value.get('line') or value}"
     return None
+
+
+_SYNC_PARTS = ("apply_topics", "apply_configs", "apply_acls")
+
+
+def flow_run_markdown(found: Mapping[tuple[str, str], Any], states: Mapping[str, str]) -> str:
+    """A flow DAG run's report: its health verdict (or the cause it failed with), the metadata sync and the
+    checkpoint rounds, each as far as its task got."""
+    health = found.get(("health", "return_value"))
+    error = found.get(("health", "error"))
+    lines = []
+    if isinstance(health, Mapping):
+        lines += [f"**{health.get('line', '')}**", ""]
+        behind = health.get("behind") or []
+        lines += [f"- behind: {b['topic']}-{b['partition']}: {b['records']:,} records" for b in behind[:10]]
+        if len(behind) > 10:
+            lines.append(f"- and {len(behind) - 10} more partitions behind (the flows view lists them all)")
+        lines += [f"- LOST on the source before mirrored: {x['topic']}-{x['partition']}: {x['records']:,} records"
+                  for x in health.get("lost") or []]
+    elif error:
+        lines += [f"**TROUBLE: {error}**", ""]
+    else:
+        lines += [f"**health: {_task_state(states, 'health')}**", ""]
+    planned = found.get(("plan", "return_value"))
+    if isinstance(planned, Mapping):
+        lines.append(f"- sync plan: {len(planned.get('planned') or [])} change(s) planned")
+    for part in _SYNC_PARTS:
+        done = found.get((part, "return_value"))
+        what = part.removeprefix("apply_")
+        if isinstance(done, Mapping):
+            changed = done.get("changed") or []
+            lines.append(f"- sync {what}: " + (", ".join(changed[:10]) + (" …" if len(changed) > 10 else "")
+                                                if changed else "nothing to change"))
+        elif part in states:
+            cause = found.get((part, "error"))
+            lines.append(f"- sync {what}: {cause or _task_state(states, part)}")
+    rounds = found.get(("checkpoints", "return_value"))
+    if isinstance(rounds, Mapping):
+        lines.append(f"- checkpoints: {rounds.get('rounds', 0)} round(s), {rounds.get('groups', 0)} group(s), "
+                     f"{rounds.get('partitions', 0)} partition(s), {rounds.get('inexact', 0)} not exact")
+    elif "checkpoints" in states:
+        cause = found.get(("checkpoints", "error"))
+        lines.append(f"- checkpoints: {cause or _task_state(states, 'checkpoints')}")
+    return "\n".join(lines)
+
+
+def _task_state(states: Mapping[str, str], task: str) -> str:
+    state = states.get(task, "not run")
+    if state in _ACTIVE:
+        return f"{state.replace('_', ' ')} (reload when it ends)"
+    return "failed: see its log" if state in ("failed", "upstream_failed") else state.replace("_", " ")
 
 
 _ACTIVE = ("running", "queued", "scheduled", "deferred", "awaiting_input", "up_for_retry", "up_for_reschedule",
@@ -171,13 +156,14 @@ def _batch_markdown(report: Mapping[str, Any]) -> str:
 
 
 def run_xcoms(dag_id: str, run_id: str) -> dict[tuple[str, str], Any]:
+    """The run's XComs a report reads: each task's result, the audit's report, and failed tasks' causes."""
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
 
-    wanted = {task for task, _ in REPORTS}
     with create_session() as session:
         rows = (session.query(XComModel).filter(XComModel.dag_id == dag_id, XComModel.run_id == run_id,
-                                                XComModel.task_id.in_(wanted), XComModel.map_index == -1).all())
+                                                XComModel.key.in_(("return_value", "report", "error")),
+                                                XComModel.map_index == -1).all())
         return {(r.task_id, r.key): XComModel.deserialize_value(r) for r in rows}
 
 
@@ -202,18 +188,40 @@ def create_app() -> Any:
 
     # `Any`, not Airflow's GetUserDep: annotations are strings here (PEP 563), and FastAPI resolves them in this
     # module's globals, where a name imported inside this function is not: it would read `user` from the query.
-    @app.get("/flows", response_class=HTMLResponse)
-    def flows(user: Any = Depends(get_user)) -> str:  # noqa: B008 - FastAPI's dependency idiom
-        path = config_path()
+    def readable(user: Any) -> tuple[config.MirrorConfig, set[str]] | str:
+        """The config and the flows whose stream DAG `user` may read, as Airflow's own pages would show them; or
+        the config's error."""
         try:
-            cfg = config.load(path)
+            cfg = config.load(config_path())
         except MirrorflowError as exc:
-            return _page("mirrorflow flows", f"<p class='bad'>{html.escape(str(exc))}</p>")
+            return str(exc)
         manager = get_auth_manager()
-        # A user sees the flows whose stream DAG they may read, as Airflow's own pages would show them.
-        allowed = {f.name for f in cfg.enabled_flows if manager.is_authorized_dag(
+        return cfg, {f.name for f in cfg.enabled_flows if manager.is_authorized_dag(
             method="GET", details=DagDetails(id=deployment.dag_id("stream", f)), user=user)}
-        return flows_html(flow_rows(cfg, allowed), str(path))
+
+    @app.get("/flows", response_class=HTMLResponse)
+    def flows(part: str = "", user: Any = Depends(get_user)) -> str:  # noqa: B008 - FastAPI's dependency idiom
+        found = readable(user)
+        if isinstance(found, str):
+            return _page("mirrorflow flows", f"<p class='bad'>{html.escape(found)}</p>")
+        rows = flows_view.flow_rows(found[0], found[1])
+        return flows_view.flows_table(rows) if part == "table" else flows_view.flows_html(rows, str(config_path()))
+
+    @app.get("/flows/{flow}", response_class=HTMLResponse)
+    def partitions(flow: str, part: str = "", user: Any = Depends(get_user)) -> str:  # noqa: B008
+        found = readable(user)
+        if isinstance(found, str):
+            return _page("mirrorflow flows", f"<p class='bad'>{html.escape(found)}</p>")
+        cfg, allowed = found
+        if flow not in allowed:
+            return _page("mirrorflow flows", f"<p class='bad'>No enabled flow {html.escape(flow)} you may read.</p>")
+        try:
+            health, rows = flows_view.partition_rows(cfg, cfg.flow(flow))
+            table = flows_view.partitions_table(health, rows, metrics.read_status(
+                metrics.status_file(cfg.flow(flow))) is not None)
+        except MirrorflowError as exc:
+            table = f"<p class='bad'>{html.escape(str(exc))}</p>"
+        return table if part == "table" else flows_view.partitions_html(flow, table)
 
     @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse,
              dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.XCOM))])
@@ -235,7 +243,7 @@ def plugin_parts() -> dict[str, list[dict[str, Any]]]:
         "fastapi_apps": [{"app": create_app(), "url_prefix": PREFIX, "name": "mirrorflow"}],
         "external_views": [
             {"name": "mirrorflow flows", "href": f"{PREFIX.lstrip('/')}/flows", "destination": "nav",
-             "url_route": "mirrorflow-flows", "category": "browse"},
+             "url_route": "mirrorflow-flows", "nav_top_level": True},
             {"name": "mirrorflow report", "href": f"{PREFIX.lstrip('/')}/runs/{{DAG_ID}}/{{RUN_ID}}",
              "destination": "dag_run", "url_route": "mirrorflow-report"},
         ],

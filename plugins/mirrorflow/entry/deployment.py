@@ -22,6 +22,9 @@ SPARK_CONNECTION = "mirrorflow_spark"  # the Spark master the stream DAGs submit
 TASK_DEFAULTS: dict[str, object] = {"owner": "mirrorflow", "retries": 0}
 # Scheduled DAGs start here and never catch up: only the current interval matters to a mirror.
 START = datetime(2026, 1, 1, tzinfo=UTC)
+# The DAGs a person on call watches (each flow's upkeep, whose health fails on trouble) and triggers (runbooks):
+# the DAG list filtered by this tag, linked from the flows view.
+ON_CALL_TAG = "on-call"
 
 
 def config_path(project: Path) -> Path:

@@ -28,15 +28,27 @@ _Result = TypeVar("_Result")
 
 
 def said_first(task: Callable[..., _Result]) -> Callable[..., _Result]:
-    """Log an expected failure's one-line cause before the exception leaves the task."""
+    """Log an expected failure's one-line cause before the exception leaves the task, and leave it as the task's
+    `error` XCom, where the run's report tab shows it."""
     @functools.wraps(task)
     def run(*args: Any, **kwargs: Any) -> _Result:
         try:
             return task(*args, **kwargs)
         except MirrorflowError as exc:
             log.error("%s", exc)
+            _leave_error(str(exc))
             raise
     return run
+
+
+def _leave_error(message: str) -> None:
+    try:
+        from airflow.sdk import get_current_context
+
+        context = get_current_context()
+    except (ImportError, RuntimeError, KeyError):  # not inside an Airflow task: the command line, a test
+        return
+    context["ti"].xcom_push(key="error", value=message)
 
 
 def _load(config_path: Path) -> config.MirrorConfig:
@@ -215,6 +227,17 @@ def runbook_of(kind: str, params: Mapping[str, Any]) -> runbooks.Runbook:
     return runbooks.Runbook(runbooks.FAILOVER, str(params.get("source", "")).strip(),
                             str(params.get("target", "")).strip(), groups, str(params.get("mode", "planned")),
                             dry_run, switch, timeout)
+
+
+def runbook_dry_run_marker(params: Mapping[str, Any]) -> str:
+    """The runbook's DRY_RUN task: it succeeds in a dry run and is skipped in a real one, so the grid and graph
+    tell the two apart at a glance."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    if not params.get("dry_run"):
+        raise AirflowSkipException("a real run: it changes what its steps say")
+    log.info("DRY RUN: nothing is changed; each step says what a real run would do")
+    return "dry run"
 
 
 def runbook_asks_approval(params: Mapping[str, Any]) -> bool:

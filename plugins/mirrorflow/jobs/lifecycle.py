@@ -31,6 +31,10 @@ from mirrorflow.rules.policy import HEARTBEATS_TOPIC
 log = logging.getLogger(__name__)
 STATES_TOPIC = "mirrorflow-flow-states.internal"
 RUNNING, STOPPED = "running", "stopped"
+# What the flows view calls a flow (FlowHealth.verdict): one word, and why in a sentence.
+HEALTHY, BEHIND, TROUBLE = "healthy", "behind", "trouble"
+# A running flow whose oldest record not mirrored, or whose newest heartbeat on the target, is older is behind.
+BEHIND_AFTER_S = 60.0
 _NOT_YET_KNOWN = (KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART)
 
 
@@ -247,6 +251,29 @@ class FlowHealth:
                 lag += (f", {sum(x.lost for x in lost)} records LOST on the source before mirrored: {named}"
                         + (f" and {len(lost) - 3} more" if len(lost) > 3 else ""))
         return f"flow {self.flow}: {running}, {self.requested.line()}, {beat}, {lag}"
+
+    def verdict(self) -> tuple[str, str]:
+        """(healthy | behind | stopped | trouble, why). Trouble: the flow is not as requested, or cannot be
+        measured; behind: it runs, but its oldest record not mirrored or its newest heartbeat is over
+        BEHIND_AFTER_S old. A record lost long ago is no verdict: the view shows it beside."""
+        reason = f" ({self.requested.reason})" if self.requested.reason else ""
+        if self.lease_error:
+            return TROUBLE, f"running or not is unknown: {self.lease_error}"
+        if not self.alive:
+            if self.requested.state == RUNNING:
+                return TROUBLE, f"requested running{reason}, but no stream holds the flow's lease"
+            return STOPPED, f"requested stopped{reason}"
+        if self.requested.state != RUNNING:
+            return TROUBLE, f"requested stopped{reason}, still running on {', '.join(self.holders)}"
+        if self.lags is None:
+            return TROUBLE, f"lag unknown: {self.source_error or 'the source was not read'}"
+        seconds = self.lag_seconds or 0.0
+        if seconds > BEHIND_AFTER_S:
+            return BEHIND, (f"{self.lag_records:,} records not mirrored, the oldest {seconds:,.0f} s old "
+                            f"(behind after {BEHIND_AFTER_S:.0f} s)")
+        if self.heartbeat_age_s is not None and self.heartbeat_age_s > BEHIND_AFTER_S:
+            return BEHIND, f"the newest heartbeat on the target is {self.heartbeat_age_s:,.0f} s old"
+        return HEALTHY, f"{self.lag_records:,} records not mirrored, the oldest {seconds:.1f} s old"
 
     def as_dict(self) -> dict[str, Any]:
         return {"flow": self.flow, "line": self.line(), "requested": self.requested.state,

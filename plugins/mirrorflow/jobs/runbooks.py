@@ -373,11 +373,17 @@ def report(pre: Mapping[str, Any], drained: Mapping[str, Any] | None, moved: Map
     took = round(time.time() - pre["started"], 1)
     groups = (moved or {}).get("groups", [])
     partitions = sum(len(g["partitions"]) for g in groups)
-    lines = [f"## mirrorflow {rb.title}", "",
-             f"- started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(pre['started']))} UTC, took {took} s "
-             f"(the runbook's RTO{', approval wait included' if approval else ''})",
-             f"- RPO: {_rpo_line(pre['rpo'], drained)}",
-             f"- stream before: {pre['stream_line']}"]
+    started = f"- started {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(pre['started']))} UTC"
+    lines = [f"## mirrorflow {rb.title}", ""]
+    if rb.dry_run:
+        lines += ["**DRY RUN: nothing was changed.** Each step below says what a real run would do.", "",
+                  f"{started}; the dry run took {took} s (a real run also waits for the drain and commits the "
+                  "offsets: this is not the runbook's RTO)",
+                  f"- RPO a real run would leave: {_rpo_line(pre['rpo'], drained, rb)}"]
+    else:
+        lines += [f"{started}, took {took} s (the runbook's RTO{', approval wait included' if approval else ''})",
+                  f"- RPO: {_rpo_line(pre['rpo'], drained, rb)}"]
+    lines.append(f"- stream before: {pre['stream_line']}")
     if approval:
         lines.append(f"- approval: {approval}")
     if drained and drained.get("drained"):
@@ -389,21 +395,41 @@ def report(pre: Mapping[str, Any], drained: Mapping[str, Any] | None, moved: Map
     lines += [f"- note: {n}" for n in pre.get("notices", [])]
     if groups:
         lines += ["", f"| group | source partition | source offset | {rb.target} partition | {rb.target} offset | "
-                      "exact |", "|---|---|---:|---|---:|---|"]
+                      "resumes |", "|---|---|---:|---|---:|---|"]
+    parts = [p for g in groups for p in g["partitions"]]
     for g in groups:
         for p in g["partitions"]:
-            exact = "yes" if p["exact"] else f"no ({p['note']})"
+            resumes = "exactly where it left off" if p["exact"] else f"not exactly: {p['note']}"
             lines.append(f"| {g['group']} | {p['source_topic']}-{p['partition']} | {p['source_offset']} | "
-                         f"{p['target_topic']}-{p['partition']} | {p['target_offset']} | {exact} |")
+                         f"{p['target_topic']}-{p['partition']} | {p['target_offset']} | {resumes} |")
     lines += ["", *(f"- group {g['group']}: {g['outcome']}" for g in groups)]
+    lines += _report_explanations(rb, parts)
     return {"title": rb.title, "took_s": took, "groups": len(groups), "partitions": partitions,
             "rpo": pre["rpo"], "markdown": "\n".join(lines)}
 
 
-def _rpo_line(rpo: Mapping[str, Any], drained: Mapping[str, Any] | None) -> str:
+def _rpo_line(rpo: Mapping[str, Any], drained: Mapping[str, Any] | None, rb: Runbook) -> str:
     if drained and drained.get("drained"):
         return "0 records (drained before the move)"
+    if rb.dry_run and rb.mode == PLANNED:
+        return f"0 records, once the drain a real run waits for is over (not mirrored now: {_rpo_words(rpo)})"
     return _rpo_words(rpo)
+
+
+def _report_explanations(rb: Runbook, parts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What an operator may misread in the table, said in words."""
+    out = []
+    if any(p["target_offset"] > p["source_offset"] for p in parts):
+        out.append(f"- {rb.target}'s offsets run ahead of {rb.source}'s: each transaction the stream commits leaves "
+                   f"a commit marker, which takes an offset on {rb.target}. The translation counts them; nothing "
+                   "is lost or duplicated by it.")
+    if any("past what the flow has read" in p.get("note", "") for p in parts):
+        out.append(f"- \"Past what the flow has read\": the group had consumed records on {rb.source} that the "
+                   "flow had not mirrored yet, which is normal while traffic flows. It resumes at the newest mirrored "
+                   "record and reads those records again once they are mirrored. "
+                   + ("A real planned run drains the flow first, so its groups resume exactly." if rb.mode == PLANNED
+                      else "An unplanned failover cannot drain: these records are what the RPO counts."))
+    return ["", *out] if out else []
 
 
 def _rpo_words(rpo: Mapping[str, Any]) -> str:
