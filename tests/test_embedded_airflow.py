@@ -70,6 +70,16 @@ def _run_state(dag_id: str) -> str:
     return str(runs["dag_runs"][0]["state"]) if runs["dag_runs"] else ""
 
 
+def _task_state(dag_id: str, task_id: str) -> str:
+    """The task's state in the DAG's newest run ("" before any)."""
+    _, runs = local_airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns?order_by=-run_after&limit=1")
+    if not runs["dag_runs"]:
+        return ""
+    run = quote(runs["dag_runs"][0]["dag_run_id"], safe="")
+    _, ti = local_airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{task_id}")
+    return str(ti.get("state") or "")
+
+
 def _lease_members(cfg: config.MirrorConfig) -> set[str]:
     admin = clients.admin(cfg.cluster("away"))
     return {m.member_id for m in flow_lease.members(admin, FLOW) if m.assignment.topic_partitions}
@@ -137,7 +147,7 @@ def test_a_newcomer_in_a_browser_sees_no_failed_run_reads_the_lag_and_runs_the_f
         page.get_by_role("link", name="mirrorflow_failover").first.wait_for()
 
         page.goto(f"{base}/")
-        page.get_by_role("link", name="mirrorflow flows").click()  # one click from the home page
+        page.get_by_role("link", name="Flows").click()  # one click from the home page
         flows = page.frame_locator("iframe")
         row = flows.locator("tr[data-flow='home->away']")
         row.wait_for()
@@ -174,9 +184,24 @@ def test_a_newcomer_in_a_browser_sees_no_failed_run_reads_the_lag_and_runs_the_f
         report.get_by_text("dry run").first.wait_for()
         text = report.inner_text()
         assert "mirrorflow failover home->away (planned), dry run" in text and "RPO" in text, text
+        said = [line for line in text.splitlines() if line.strip()]
+        assert said[1] == "DRY RUN: nothing was changed. Each step below says what a real run would do.", text
+        assert "the dry run took" in text and "not the runbook's RTO" in text, text
         assert "would stop home->away" in text and "would start away->home" in text, text
+        page.get_by_text("DRY_RUN", exact=True).first.wait_for()  # the grid's row only a dry run runs
         page.screenshot(path=tmp_path / "report.png")
         print(f"failover dry run report on its run page:\n{text}")
+
+        # The flow DAG's run carries a report: the health line once its health task has run.
+        flow_dag = "mirrorflow_flow__home_to_away"
+        wait_for(lambda: _task_state(flow_dag, "health") == "success", 300, "the flow DAG's health check")
+        _, runs = local_airflow.api("GET", f"/api/v2/dags/{flow_dag}/dagRuns?order_by=-run_after&limit=1")
+        page.goto(f"{base}/dags/{flow_dag}/runs/{quote(runs['dag_runs'][0]['dag_run_id'], safe='')}")
+        page.get_by_role("link", name="mirrorflow report").click()
+        flow_report = page.frame_locator("iframe").locator("body")
+        flow_report.get_by_text("flow home->away: running on").first.wait_for()
+        print(f"flow DAG run report:\n{flow_report.inner_text()}")
+        page.screenshot(path=tmp_path / "flow-report.png")
 
         page.goto(f"{base}/dags/mirrorflow_backfill")
         page.get_by_role("button", name="Trigger").first.click()

@@ -2,7 +2,7 @@
 
 `plugins/mirrorflow_views.py` registers these with Airflow (an Airflow 3 plugin: a FastAPI app mounted at
 `/mirrorflow`, shown through external views). Both pages need a logged-in user, as Airflow's own API does:
-- **Flows** (`/mirrorflow/flows`, a top-level entry of Airflow's navigation): per enabled flow, read from its
+- **Flows** (`/mirrorflow/flows`, "Flows" at the top level of Airflow's navigation): per enabled flow, read from its
   clusters as `mirrorflow health` does, refreshing itself (`flows_view`); a flow's name opens its partitions
   (`/mirrorflow/flows/{flow}`);
 - **mirrorflow report** (`/mirrorflow/runs/{dag_id}/{run_id}`, a tab on each run's page): the runbook's
@@ -242,7 +242,7 @@ def plugin_parts() -> dict[str, list[dict[str, Any]]]:
     return {
         "fastapi_apps": [{"app": create_app(), "url_prefix": PREFIX, "name": "mirrorflow"}],
         "external_views": [
-            {"name": "mirrorflow flows", "href": f"{PREFIX.lstrip('/')}/flows", "destination": "nav",
+            {"name": "Flows", "href": f"{PREFIX.lstrip('/')}/flows", "destination": "nav",
              "url_route": "mirrorflow-flows", "nav_top_level": True},
             {"name": "mirrorflow report", "href": f"{PREFIX.lstrip('/')}/runs/{{DAG_ID}}/{{RUN_ID}}",
              "destination": "dag_run", "url_route": "mirrorflow-report"},

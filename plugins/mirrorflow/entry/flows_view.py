@@ -139,7 +139,7 @@ def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None,
         if status is not None and row.get("running"):
             row.update(records_per_s=status.get("record-rate"), mb_per_s=float(status.get("byte-rate", 0)) / 1e6,
                        rate_from="the driver", spark_ui=status.get("spark-ui"))
-        elif row["rates"] and row["rates"][-1][1] is not None:
+        elif row.get("running") and row["rates"] and row["rates"][-1][1] is not None:
             row.update(records_per_s=row["rates"][-1][1], mb_per_s=None, rate_from="the offset syncs")
         rows.append(row)
     return rows
