@@ -60,7 +60,7 @@ def test_the_flows_table_shows_each_state_with_why_and_none_of_a_stopped_flows_f
     assert "7 lost" in table and "5 records/s" in table and "from the offset syncs" in table and "<svg" in table
     assert "href='flows/a-%3Eb'" in table and "since 2023-11-14 22:13 UTC" in table
     [stopped_row] = [r for r in table.split("<tr") if "data-flow='b-&gt;a'" in r]
-    assert stopped_row.count("not running") == 3 and "4 s" not in stopped_row  # no stale checkpoint age
+    assert stopped_row.count("not running") == 4 and "4 s" not in stopped_row  # no stale heartbeat or checkpoint
     assert "data-state='trouble'" in table and "cluster c: unreachable" in table
     page = flows_view.flows_html([running], "mirror.properties")
     assert "setInterval(refresh, every)" in page and "?part=table" in page
@@ -71,9 +71,11 @@ def test_the_partitions_table_puts_the_furthest_behind_first_and_names_lost_stuc
     rows = [{"topic": "t", "partition": 1, "source_end": 50, "mirrored": 50, "lag_records": 0, "lag_seconds": None,
              "lost": 7, "stuck": None, "held": None},
             {"topic": "t", "partition": 0, "source_end": 110, "mirrored": 100, "lag_records": 10, "lag_seconds": 2.0,
-             "lost": 0, "stuck": "MESSAGE_TOO_LARGE on b", "held": "remote topic deleted on b"}]
+             "lost": 0, "stuck": "MESSAGE_TOO_LARGE on b", "held": "remote topic deleted on b",
+             "inexact": ["group g: the group is at 120, past what the flow has read (100)"]}]
     table = flows_view.partitions_table(health, rows, driver_here=True)
     assert table.index("data-partition='t-0'") < table.index("data-partition='t-1'")
     assert "STUCK (paused)</span>: MESSAGE_TOO_LARGE on b" in table and "HELD</span>: remote topic deleted" in table
     assert "7 records deleted on the source before the flow read them" in table
+    assert "checkpoint not exact</span>, group g: the group is at 120, past what the flow has read" in table
     assert "not on this host" in flows_view.partitions_table(health, rows, driver_here=False)

@@ -213,14 +213,16 @@ def flows_table(rows: Sequence[Mapping[str, Any]]) -> str:
         else:
             throughput = "<span class='muted'>not running</span>" if not r["running"] else "<span class='muted'>" \
                 "next refresh</span>"
-        checkpoint = age(r["checkpoint_age_s"]) if r["running"] else "<span class='muted'>not running</span>"
+        idle = "<span class='muted'>not running</span>"
+        checkpoint = age(r["checkpoint_age_s"]) if r["running"] else idle
+        heartbeat = age(r["heartbeat_age_s"]) if r["running"] else idle
         ui = (f"<a href='{html.escape(r['spark_ui'])}' target='_blank' rel='noopener'>open</a>"
               if r.get("spark_ui") else "<span class='muted'>not on this host</span>" if r["running"] else "")
         lines.append(
             f"<tr data-flow='{name}'><td>{link}</td><td>{state}</td><td>{requested}</td><td>{hosts}</td>"
             f"<td class='n'>{lag}</td><td class='n'>{throughput}</td>"
             f"<td>{sparkline(r['samples'], 'lag in records')}</td><td>{sparkline(r['rates'], 'records/s')}</td>"
-            f"<td>{age(r['heartbeat_age_s'])}</td><td>{checkpoint}</td><td>{ui}</td></tr>")
+            f"<td>{heartbeat}</td><td>{checkpoint}</td><td>{ui}</td></tr>")
     stamp = time.strftime("%H:%M:%S UTC", time.gmtime())
     return f"<table>{head}{''.join(lines)}</table><p class='muted'>Read from the clusters at {stamp}.</p>"
 
@@ -243,18 +245,27 @@ def flows_html(rows: Sequence[Mapping[str, Any]], source: str) -> str:
 
 
 def partition_rows(cfg: config.MirrorConfig, flow: config.Flow) -> tuple[lifecycle.FlowHealth, list[dict[str, Any]]]:
-    """The flow's health and one dict per source partition: lag, lost, and (driver on this host) stuck or held."""
+    """The flow's health and one dict per source partition: lag, lost, and, as known on this host, stuck or held
+    (the driver's status) and groups whose checkpoint is not exact (the newest checkpoint round's status)."""
     found = lifecycle.health(FlowLink.of(cfg, flow))
     status = _fresh_status(flow) or {}
     stuck = {(x["topic"], x["partition"]): x["why"] for x in status.get("stuck-partitions", ())}
     held = {x["topic"]: x["why"] for x in status.get("held-topics", ())}
+    inexact: dict[tuple[str, int], list[str]] = {}
+    for line in (metrics.read_status(metrics.checkpoint_status_file(flow)) or {}).get("inexact", ()):
+        where, _, why = str(line).partition(": ")  # "group/topic-partition: why"
+        group, _, topic_partition = where.partition("/")
+        topic, _, partition = topic_partition.rpartition("-")
+        if partition.isdigit():
+            inexact.setdefault((topic, int(partition)), []).append(f"group {group}: {why}")
     rows = []
     for lag in found.lags or ():
         age_s = (None if not lag.records or not lag.oldest_unmirrored_ms
                  else max(found.measured_at - lag.oldest_unmirrored_ms / 1000, 0.0))
         rows.append({"topic": lag.topic, "partition": lag.partition, "source_end": lag.source_end,
                      "mirrored": lag.mirrored, "lag_records": lag.records, "lag_seconds": age_s, "lost": lag.lost,
-                     "stuck": stuck.get((lag.topic, lag.partition)), "held": held.get(lag.topic)})
+                     "stuck": stuck.get((lag.topic, lag.partition)), "held": held.get(lag.topic),
+                     "inexact": inexact.get((lag.topic, lag.partition), [])})
     return found, rows
 
 
@@ -272,6 +283,7 @@ def partitions_table(found: lifecycle.FlowHealth, rows: Sequence[Mapping[str, An
         if r["lost"]:
             notes.append(f"<span class='bad'>{r['lost']:,} records deleted on the source before the flow read "
                          "them</span>")
+        notes += [f"<span class='warn'>checkpoint not exact</span>, {html.escape(n)}" for n in r.get("inexact", ())]
         seconds = "" if r["lag_seconds"] is None else f"{r['lag_seconds']:.1f} s"
         lines.append(f"<tr data-partition='{html.escape(r['topic'])}-{r['partition']}'>"
                      f"<td>{html.escape(r['topic'])}-{r['partition']}</td><td class='n'>{r['source_end']:,}</td>"
@@ -279,7 +291,8 @@ def partitions_table(found: lifecycle.FlowHealth, rows: Sequence[Mapping[str, An
                      f"<td class='n'>{seconds}</td><td class='n'>{r['lost']:,}</td>"
                      f"<td>{'<br>'.join(notes) or '<span class=ok>none</span>'}</td></tr>")
     where = ("" if driver_here else "<p class='muted'>Stuck partitions and held topics are known where the stream "
-             "runs: its driver is not on this host.</p>")
+             "runs: its driver is not on this host.</p>") + ("<p class='muted'>Checkpoints not exact: as the newest "
+                                                               "checkpoint round on this host found them.</p>")
     summary = (f"<p><span class='state {_STATE_CLASS[state]}' data-state='{state}'>{state}</span> "
                f"{html.escape(why)}</p>")
     if found.lags is None:
