@@ -1,7 +1,8 @@
-"""Registers mirrorflow's pages with Airflow's UI (mirrorflow.entry.airflow_views): Flows, and each run's report tab."""
+"""Registers mirrorflow's pages with Airflow's UI (mirrorflow.entry.airflow_views): Flows, and each run's report tab;
+and the listener that notes runbook dry runs (mirrorflow.entry.run_notes)."""
 
 from airflow.plugins_manager import AirflowPlugin
-from mirrorflow.entry import airflow_views
+from mirrorflow.entry import airflow_views, run_notes
 
 
 class MirrorflowViews(AirflowPlugin):
@@ -9,3 +10,4 @@ class MirrorflowViews(AirflowPlugin):
     _parts = airflow_views.plugin_parts()
     fastapi_apps = _parts["fastapi_apps"]
     external_views = _parts["external_views"]
+    listeners = (run_notes,)

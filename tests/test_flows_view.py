@@ -79,3 +79,26 @@ def test_the_partitions_table_puts_the_furthest_behind_first_and_names_lost_stuc
     assert "7 records deleted on the source before the flow read them" in table
     assert "checkpoint not exact</span>, group g: the group is at 120, past what the flow has read" in table
     assert "not on this host" in flows_view.partitions_table(health, rows, driver_here=False)
+
+
+def test_viewers_share_one_measurement_per_spell_and_a_flow_keeps_one_offset_syncs_reader() -> None:
+    from mirrorflow.model import config
+
+    cfg = config.from_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:2\n"
+                           "a->b.enabled = true\n")
+    readers: list[object] = []
+
+    def measure(link, syncs):  # type: ignore[no-untyped-def]
+        readers.append(syncs)
+        return _health()
+
+    measurements = flows_view.Measurements(measure)
+    first = measurements.health(cfg, cfg.flow("a->b"))
+    assert measurements.health(cfg, cfg.flow("a->b")) is first and len(readers) == 1  # M1: one answer for all
+    measurements._flows["a->b"].at -= flows_view.MEASURE_EVERY_S  # the spell is over
+    measurements.health(cfg, cfg.flow("a->b"))
+    assert len(readers) == 2 and readers[0] is readers[1]  # M2: the same reader, refreshed, not a new read
+    gone = config.from_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:2\n"
+                            "b->a.enabled = true\n")
+    measurements.health(gone, gone.flow("b->a"))
+    assert set(measurements._flows) == {"b->a"}  # a flow no longer enabled loses its reader

@@ -5,6 +5,11 @@ file adds its exact rates, stuck partitions and held topics when the driver runs
 its table again every REFRESH_S seconds, and each answer adds one sample per flow to the history its charts draw.
 
 Invariants:
+  M1. a flow is measured at most once per MEASURE_EVERY_S whatever the number of viewers: a page asks the
+      clusters, the others in that spell get its answer;
+  M2. each enabled flow's offset syncs are read by one long-lived reader, kept up to date with what is new (a
+      compacted topic of up to 257 records per partition is not read again every 10 s); readers of flows no
+      longer enabled are dropped, so there are at most as many as enabled flows;
   H1. the history keeps, per flow, at most HISTORY_SAMPLES samples, at least SAMPLE_EVERY_S apart, none older
       than HISTORY_S: bounded by the flows times HISTORY_SAMPLES, whatever the number of viewers;
   H2. a rate from the history is the mirrored positions' growth between two samples of one flow, never across a
@@ -13,19 +18,21 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import html
 import itertools
 import threading
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from mirrorflow.entry import deployment
 from mirrorflow.errors import MirrorflowError
 from mirrorflow.jobs import checkpoints, lifecycle
+from mirrorflow.kafka import offset_sync_log
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.status import metrics
@@ -96,6 +103,60 @@ class FlowHistory:
 
 
 HISTORY = FlowHistory()
+MEASURE_EVERY_S = REFRESH_S / 2
+
+
+@dataclass
+class _Measured:
+    """One flow's reader and newest answer (M1, M2); `key` says which topic and cluster the reader reads."""
+
+    key: tuple[str, ...] | None = None
+    reader: offset_sync_log.SyncsState | None = None
+    at: float = 0.0
+    found: lifecycle.FlowHealth | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def forget(self) -> None:
+        reader, self.reader, self.found = self.reader, None, None
+        if reader is not None:
+            with contextlib.suppress(Exception):  # closing a reader whose cluster is gone may fail: it is dropped
+                reader.close()
+
+
+class Measurements:
+    """Each flow's health, shared by the viewers (M1), with one offset-syncs reader per flow (M2)."""
+
+    def __init__(self, measure: Callable[[FlowLink, offset_sync_log.SyncsState | None], lifecycle.FlowHealth]
+                 | None = None) -> None:
+        self._measure = measure or (lambda link, syncs: lifecycle.health(link, syncs=syncs))
+        self._lock = threading.Lock()
+        self._flows: dict[str, _Measured] = {}
+
+    def health(self, cfg: config.MirrorConfig, flow: config.Flow) -> lifecycle.FlowHealth:
+        link = FlowLink.of(cfg, flow)
+        key = (link.syncs_topic, flow.target, cfg.cluster(flow.target).bootstrap_servers)
+        with self._lock:
+            for gone in set(self._flows) - {f.name for f in cfg.enabled_flows}:  # M2
+                self._flows.pop(gone).forget()
+            kept = self._flows.setdefault(flow.name, _Measured())
+        with kept.lock:
+            if kept.key != key:  # the config now names another topic or cluster: a new reader
+                kept.forget()
+                kept.key = key
+            if kept.found is not None and time.monotonic() - kept.at < MEASURE_EVERY_S:  # M1
+                return kept.found
+            if kept.reader is None:
+                kept.reader = offset_sync_log.SyncsState(link.settings("target", "consumer"), link.syncs_topic)
+            try:
+                found = self._measure(link, kept.reader)
+            except MirrorflowError:
+                kept.forget()  # a reader that failed starts afresh next time
+                raise
+            kept.at, kept.found = time.monotonic(), found
+            return found
+
+
+MEASUREMENTS = Measurements()
 
 
 def rates(samples: Sequence[Sample]) -> list[tuple[float, float | None]]:
@@ -109,8 +170,8 @@ def rates(samples: Sequence[Sample]) -> list[tuple[float, float | None]]:
     return out
 
 
-def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None,
-              history: FlowHistory = HISTORY) -> list[dict[str, Any]]:
+def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None, history: FlowHistory = HISTORY,
+              measurements: Measurements = MEASUREMENTS) -> list[dict[str, Any]]:
     """One dict per enabled flow (of `names`, if given): what its row shows; a flow whose clusters do not answer
     says why."""
     rows = []
@@ -121,7 +182,7 @@ def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None,
         status = _fresh_status(flow)
         try:
             link = FlowLink.of(cfg, flow)
-            found = lifecycle.health(link)
+            found = measurements.health(cfg, flow)
             state, why = found.verdict()
             lost = sum(x.lost for x in found.losing())
             row.update(state=state, why=why, requested=found.requested.state, reason=found.requested.reason,
@@ -247,7 +308,7 @@ def flows_html(rows: Sequence[Mapping[str, Any]], source: str) -> str:
 def partition_rows(cfg: config.MirrorConfig, flow: config.Flow) -> tuple[lifecycle.FlowHealth, list[dict[str, Any]]]:
     """The flow's health and one dict per source partition: lag, lost, and, as known on this host, stuck or held
     (the driver's status) and groups whose checkpoint is not exact (the newest checkpoint round's status)."""
-    found = lifecycle.health(FlowLink.of(cfg, flow))
+    found = MEASUREMENTS.health(cfg, flow)
     status = _fresh_status(flow) or {}
     stuck = {(x["topic"], x["partition"]): x["why"] for x in status.get("stuck-partitions", ())}
     held = {x["topic"]: x["why"] for x in status.get("held-topics", ())}

@@ -336,8 +336,10 @@ def _first_timestamps(settings: Mapping[str, Any], at: Mapping[tuple[str, int], 
     return out
 
 
-def health(link: FlowLink, *, with_lag: bool = True) -> FlowHealth:
-    """The flow as the clusters see it. Needs the target; the source only for the lag."""
+def health(link: FlowLink, *, with_lag: bool = True, syncs: offset_sync_log.SyncsState | None = None
+           ) -> FlowHealth:
+    """The flow as the clusters see it. Needs the target; the source only for the lag. `syncs`: a long-lived reader
+    of the flow's offset syncs (see `lags`)."""
     flow = link.flow
     wanted = requested(link)
     try:
@@ -349,7 +351,7 @@ def health(link: FlowLink, *, with_lag: bool = True) -> FlowHealth:
     measured, error, instead = None, "", None
     if with_lag:
         try:
-            measured = tuple(lags(link))
+            measured = tuple(lags(link, syncs))
         except OperationalError as exc:
             error = str(exc)
             instead = unmirrored(link)
