@@ -95,7 +95,7 @@ def test_the_runbook_forms_say_what_each_field_means(airflow_home: Path, cluster
     assert (failover["source"], failover["target"], failover["dry_run"]) == ("alpha", "beta", True)
     assert bag.dags["mirrorflow_control__alpha_to_beta"].params["reason"] is None
     assert [t.task_id for t in bag.dags["mirrorflow_failover"].topological_sort()] == [
-        "preflight", "needs_approval", "approval", "drain", "move_groups", "switch_flows", "report"]
+        "DRY_RUN", "preflight", "needs_approval", "approval", "drain", "move_groups", "switch_flows", "report"]
 
 
 def test_each_flow_is_audited_over_the_hour_that_just_closed_and_the_backfill_form_is_described(
