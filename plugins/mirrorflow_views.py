@@ -1,8 +1,7 @@
-"""Registers mirrorflow's pages with Airflow's UI (mirrorflow.entry.airflow_views): Flows, and each run's report tab;
-and the listener that notes runbook dry runs (mirrorflow.entry.run_notes)."""
+"""Registers mirrorflow's pages with Airflow's UI (mirrorflow.entry.airflow_views): Flows, and each run's report tab."""
 
 from airflow.plugins_manager import AirflowPlugin
-from mirrorflow.entry import airflow_views, run_notes
+from mirrorflow.entry import airflow_views
 
 
 class MirrorflowViews(AirflowPlugin):
@@ -10,4 +9,3 @@ class MirrorflowViews(AirflowPlugin):
     _parts = airflow_views.plugin_parts()
     fastapi_apps = _parts["fastapi_apps"]
     external_views = _parts["external_views"]
-    listeners = (run_notes,)

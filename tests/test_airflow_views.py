@@ -55,12 +55,3 @@ def test_a_flow_dag_run_reports_its_health_sync_and_checkpoints_and_a_failed_hea
     failed = airflow_views.report_markdown({("health", "error"): cause}, {**states, "health": "failed"}) or ""
     assert failed.startswith(f"**TROUBLE: {cause}**")
 
-
-def test_a_runbook_dry_run_gets_a_note_a_real_run_or_a_persons_note_does_not() -> None:
-    from mirrorflow.entry import run_notes
-
-    assert run_notes.dry_run_note("mirrorflow_failover", {"dry_run": True}, None) == run_notes.DRY_RUN_NOTE
-    assert run_notes.dry_run_note("mirrorflow_failback", {}, None) == run_notes.DRY_RUN_NOTE  # the form's default
-    assert run_notes.dry_run_note("mirrorflow_failover", {"dry_run": False}, None) is None
-    assert run_notes.dry_run_note("mirrorflow_failover", {"dry_run": True}, "drill at 3 pm") is None
-    assert run_notes.dry_run_note("mirrorflow_flow__a_to_b", {"dry_run": True}, None) is None
