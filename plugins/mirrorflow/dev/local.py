@@ -44,7 +44,7 @@ from pathlib import Path
 
 from mirrorflow.dev import tls
 from mirrorflow.errors import LocalClusterError
-from mirrorflow.model.client_config import JavaStore, jaas_credentials
+from mirrorflow.model.client_config import jaas_credentials, java_store
 from mirrorflow.model.config import Cluster, MirrorConfig
 from mirrorflow.model.paths import home, jar_cache
 from mirrorflow.spark import maven
@@ -462,14 +462,13 @@ def _tls_material(b: LocalBroker, cluster: Cluster) -> str:
                      ca, password)
     client = cluster.client_config("admin")
     for use in ("truststore", "keystore"):
-        location = client.get(f"ssl.{use}.location")
+        location = client.get(f"ssl.{use}.location", "").strip()
         if not location or Path(location).exists():
             continue
-        store = JavaStore(location, client.get(f"ssl.{use}.type", "JKS").upper(),
-                          client.get(f"ssl.{use}.password") or None,
-                          client.get("ssl.key.password") or None if use == "keystore" else None)
-        if store.kind not in ("JKS", "PKCS12"):
-            raise LocalClusterError(f"{b.alias}.ssl.{use}.type: local up writes JKS or PKCS12 stores, not {store.kind}")
+        store = java_store(client, use)
+        if store is None:
+            raise LocalClusterError(f"{b.alias}.ssl.{use}.type: local up writes JKS or PKCS12 stores, not "
+                                    f"{client.get(f'ssl.{use}.type')}")
         key = f"{b.alias}.ssl.{use}.location"
         if use == "truststore":
             tls.write_truststore(store, ca, key=key)

@@ -21,7 +21,6 @@ from typing import Any
 from mirrorflow.entry import deployment, flows_view
 from mirrorflow.errors import MirrorflowError
 from mirrorflow.model import config
-from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 PREFIX = "/mirrorflow"
@@ -216,9 +215,7 @@ def create_app() -> Any:
         if flow not in allowed:
             return _page("mirrorflow flows", f"<p class='bad'>No enabled flow {html.escape(flow)} you may read.</p>")
         try:
-            health, rows = flows_view.partition_rows(cfg, cfg.flow(flow))
-            table = flows_view.partitions_table(health, rows, metrics.read_status(
-                metrics.status_file(cfg.flow(flow))) is not None)
+            table = flows_view.partitions_table(*flows_view.partition_rows(cfg, cfg.flow(flow)))
         except MirrorflowError as exc:
             table = f"<p class='bad'>{html.escape(str(exc))}</p>"
         return table if part == "table" else flows_view.partitions_html(flow, table)

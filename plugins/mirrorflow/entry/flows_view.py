@@ -114,6 +114,8 @@ class _Measured:
     reader: offset_sync_log.SyncsState | None = None
     at: float = 0.0
     found: lifecycle.FlowHealth | None = None
+    checkpoint_at: float = float("-inf")
+    checkpoint_age_s: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def forget(self) -> None:
@@ -127,8 +129,9 @@ class Measurements:
     """Each flow's health, shared by the viewers (M1), with one offset-syncs reader per flow (M2)."""
 
     def __init__(self, measure: Callable[[FlowLink, offset_sync_log.SyncsState | None], lifecycle.FlowHealth]
-                 | None = None) -> None:
+                 | None = None, checkpoint_age: Callable[[FlowLink], float | None] | None = None) -> None:
         self._measure = measure or (lambda link, syncs: lifecycle.health(link, syncs=syncs))
+        self._checkpoint_age = checkpoint_age or checkpoints.newest_checkpoint_age_s
         self._lock = threading.Lock()
         self._flows: dict[str, _Measured] = {}
 
@@ -154,6 +157,16 @@ class Measurements:
                 raise
             kept.at, kept.found = time.monotonic(), found
             return found
+
+    def checkpoint_age_s(self, cfg: config.MirrorConfig, flow: config.Flow) -> float | None:
+        """The age of the flow's newest checkpoint, read at most once per MEASURE_EVERY_S (M1)."""
+        with self._lock:
+            kept = self._flows.setdefault(flow.name, _Measured())
+        with kept.lock:
+            if time.monotonic() - kept.checkpoint_at >= MEASURE_EVERY_S:
+                kept.checkpoint_age_s = self._checkpoint_age(FlowLink.of(cfg, flow))
+                kept.checkpoint_at = time.monotonic()
+            return kept.checkpoint_age_s
 
 
 MEASUREMENTS = Measurements()
@@ -181,7 +194,6 @@ def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None, history: 
         row: dict[str, Any] = {"flow": flow.name}
         status = _fresh_status(flow)
         try:
-            link = FlowLink.of(cfg, flow)
             found = measurements.health(cfg, flow)
             state, why = found.verdict()
             lost = sum(x.lost for x in found.losing())
@@ -189,7 +201,7 @@ def flow_rows(cfg: config.MirrorConfig, names: set[str] | None = None, history: 
                        requested_at_ms=found.requested.at_ms or None, running=found.alive,
                        holders=list(found.holders), lag_records=found.lag_records, lag_seconds=found.lag_seconds,
                        heartbeat_age_s=found.heartbeat_age_s, lost=lost,
-                       checkpoint_age_s=checkpoints.newest_checkpoint_age_s(link) if found.alive else None)
+                       checkpoint_age_s=measurements.checkpoint_age_s(cfg, flow) if found.alive else None)
             mirrored = None if found.lags is None else sum(x.mirrored for x in found.lags)
             history.add(flow.name, Sample(found.measured_at, found.lag_records, mirrored))
         except MirrorflowError as exc:
@@ -305,11 +317,14 @@ def flows_html(rows: Sequence[Mapping[str, Any]], source: str) -> str:
                 flows_table(rows))
 
 
-def partition_rows(cfg: config.MirrorConfig, flow: config.Flow) -> tuple[lifecycle.FlowHealth, list[dict[str, Any]]]:
+def partition_rows(cfg: config.MirrorConfig, flow: config.Flow
+                   ) -> tuple[lifecycle.FlowHealth, list[dict[str, Any]], bool]:
     """The flow's health and one dict per source partition: lag, lost, and, as known on this host, stuck or held
-    (the driver's status) and groups whose checkpoint is not exact (the newest checkpoint round's status)."""
+    (the driver's status) and groups whose checkpoint is not exact (the newest checkpoint round's status); and
+    whether the driver runs on this host."""
     found = MEASUREMENTS.health(cfg, flow)
-    status = _fresh_status(flow) or {}
+    fresh = _fresh_status(flow)
+    status = fresh or {}
     stuck = {(x["topic"], x["partition"]): x["why"] for x in status.get("stuck-partitions", ())}
     held = {x["topic"]: x["why"] for x in status.get("held-topics", ())}
     inexact: dict[tuple[str, int], list[str]] = {}
@@ -327,7 +342,7 @@ def partition_rows(cfg: config.MirrorConfig, flow: config.Flow) -> tuple[lifecyc
                      "mirrored": lag.mirrored, "lag_records": lag.records, "lag_seconds": age_s, "lost": lag.lost,
                      "stuck": stuck.get((lag.topic, lag.partition)), "held": held.get(lag.topic),
                      "inexact": inexact.get((lag.topic, lag.partition), [])})
-    return found, rows
+    return found, rows, fresh is not None
 
 
 def partitions_table(found: lifecycle.FlowHealth, rows: Sequence[Mapping[str, Any]], driver_here: bool) -> str:

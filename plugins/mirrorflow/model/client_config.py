@@ -38,7 +38,7 @@ _RENAMED = {"max.request.size": "message.max.bytes", "fetch.max.wait.ms": "fetch
             "socket.receive.buffer.bytes": "socket.receive.buffer.bytes",
             "socket.send.buffer.bytes": "socket.send.buffer.bytes"}
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-_JAVA_STORE_TYPES = ("JKS", "PKCS12")
+JAVA_STORE_TYPES = ("JKS", "PKCS12")
 _STORE_KEYS = frozenset({
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password", "ssl.truststore.certificates",
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
@@ -53,6 +53,17 @@ class JavaStore:
     kind: str  # JKS or PKCS12, upper case
     password: str | None
     key_password: str | None = None  # a keystore's `ssl.key.password`; None: the store's password
+
+
+def java_store(java: Mapping[str, str], use: str) -> JavaStore | None:
+    """The JKS or PKCS12 store that `ssl.{use}.*` names (`use`: truststore or keystore), with its passwords; None
+    when no location is given or the type is another one (PEM)."""
+    kind = java.get(f"ssl.{use}.type", "JKS").strip().upper()
+    location = java.get(f"ssl.{use}.location", "").strip()
+    if not location or kind not in JAVA_STORE_TYPES:
+        return None
+    return JavaStore(location, kind, java.get(f"ssl.{use}.password") or None,
+                     (java.get("ssl.key.password") or None) if use == "keystore" else None)
 
 
 class ClientIdentityPem(Protocol):
@@ -114,7 +125,7 @@ def _stores(java: Mapping[str, str], cluster: str, stores: StoreOpener | None) -
     out: dict[str, str] = {}
     for use in ("truststore", "keystore"):
         kind = java.get(f"ssl.{use}.type", "JKS").strip().upper()
-        if kind not in (*_JAVA_STORE_TYPES, "PEM"):
+        if kind not in (*JAVA_STORE_TYPES, "PEM"):
             raise ConfigError(f"a {kind} {use} cannot be opened: mirrorflow reads JKS, PKCS12 and PEM stores",
                               key=f"{cluster}.ssl.{use}.type")
         location = java.get(f"ssl.{use}.location", "").strip()
@@ -130,13 +141,14 @@ def _stores(java: Mapping[str, str], cluster: str, stores: StoreOpener | None) -
         elif stores is None:
             raise ConfigError(f"a {kind} {use} needs Java's keytool to be opened, which this caller has not",
                               key=key)
-        elif use == "truststore":
-            out["ssl.ca.pem"] = stores.open_truststore(
-                JavaStore(location, kind, java.get("ssl.truststore.password") or None), key=key)
         else:
-            identity = stores.open_keystore(JavaStore(location, kind, java.get("ssl.keystore.password") or None,
-                                                      java.get("ssl.key.password") or None), key=key)
-            out["ssl.certificate.pem"], out["ssl.key.pem"] = identity.certificate_chain, identity.private_key
+            store = java_store(java, use)
+            assert store is not None  # a location of a Java type
+            if use == "truststore":
+                out["ssl.ca.pem"] = stores.open_truststore(store, key=key)
+            else:
+                identity = stores.open_keystore(store, key=key)
+                out["ssl.certificate.pem"], out["ssl.key.pem"] = identity.certificate_chain, identity.private_key
     if java.get("ssl.truststore.certificates"):
         out["ssl.ca.pem"] = java["ssl.truststore.certificates"]
     if java.get("ssl.keystore.certificate.chain") and java.get("ssl.keystore.key"):
