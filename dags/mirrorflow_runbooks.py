@@ -16,7 +16,8 @@ restart the original flow.
 6. `report`: a markdown report (groups, partitions, offsets, RPO, how long the runbook took), also the run's XCom.
 
 `dry_run` (the default: untick it for the real run) runs the reading steps and says what the others would do;
-its `DRY_RUN` task succeeds (a real run skips it), so the grid shows which runs were dry runs.
+its `DRY_RUN` task succeeds (a real run skips it) and the run gets a DRY RUN note as it starts, so the grid and
+the run page show which runs were dry runs.
 The report is on the run's page (tab "mirrorflow report") and in the `report` task's XCom. Same steps as
 `mirrorflow failover|failback`.
 """

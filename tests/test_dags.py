@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from mirrorflow.entry import scheduled
 from support.airflow import deployment
 
 pytestmark = pytest.mark.airflow
@@ -94,6 +95,8 @@ def test_the_runbook_forms_say_what_each_field_means(airflow_home: Path, cluster
     assert failover.get_param("source").schema["enum"] == ["alpha", "beta", "gamma"]
     assert (failover["source"], failover["target"], failover["dry_run"]) == ("alpha", "beta", True)
     assert bag.dags["mirrorflow_control__alpha_to_beta"].params["reason"] is None
+    assert {d for d in bag.dags if d.startswith(("mirrorflow_failover", "mirrorflow_failback"))} == set(
+        scheduled.RUNBOOK_DAGS)  # the runbooks whose dry runs the scheduler's listener notes
     assert [t.task_id for t in bag.dags["mirrorflow_failover"].topological_sort()] == [
         "DRY_RUN", "preflight", "needs_approval", "approval", "drain", "move_groups", "switch_flows", "report"]
 

@@ -15,10 +15,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 import pytest
 from mirrorflow.dev import local_airflow
+from mirrorflow.entry import scheduled
 from mirrorflow.jobs import lifecycle
 from mirrorflow.kafka import clients, flow_lease
 from mirrorflow.kafka.link import FlowLink
@@ -189,8 +190,15 @@ def test_a_newcomer_in_a_browser_sees_no_failed_run_reads_the_lag_and_runs_the_f
         assert "the dry run took" in text and "not the runbook's RTO" in text, text
         assert "would stop home->away" in text and "would start away->home" in text, text
         page.get_by_text("DRY_RUN", exact=True).first.wait_for()  # the grid's row only a dry run runs
+        run_id = quote(unquote(run_url.rsplit("/runs/", 1)[1]), safe="")
+        _, run = local_airflow.api("GET", f"/api/v2/dags/mirrorflow_failover/dagRuns/{run_id}")
+        assert run["note"] == scheduled.DRY_RUN_NOTE, run  # the scheduler's listener, as the run started
+        page.get_by_text(scheduled.DRY_RUN_NOTE).first.wait_for()  # the note on the run's page
         page.screenshot(path=tmp_path / "report.png")
         print(f"failover dry run report on its run page:\n{text}")
+        page.goto(f"{base}/dags/mirrorflow_failover/runs")  # the run list: its Conf column shows dry_run
+        page.get_by_text("dry_run").first.wait_for()
+        page.screenshot(path=tmp_path / "runs.png")
 
         # The flow DAG's run carries a report: the health line once its health task has run.
         flow_dag = "mirrorflow_flow__home_to_away"

@@ -30,3 +30,11 @@ def test_an_unexpected_failure_is_left_to_airflow_whole(caplog: pytest.LogCaptur
     with caplog.at_level(logging.DEBUG, logger="mirrorflow"), pytest.raises(KeyError):
         broken()
     assert caplog.records == []  # a bug is not dressed up as an expected failure: Airflow's traceback says it all
+
+
+def test_a_runbook_dry_run_gets_the_dry_run_note_and_a_real_run_or_a_persons_note_does_not() -> None:
+    assert scheduled.runbook_run_note("mirrorflow_failover", {"dry_run": True}, None) == scheduled.DRY_RUN_NOTE
+    assert scheduled.runbook_run_note("mirrorflow_failback", {}, None) == scheduled.DRY_RUN_NOTE  # the form's default
+    assert scheduled.runbook_run_note("mirrorflow_failover", {"dry_run": False}, None) is None
+    assert scheduled.runbook_run_note("mirrorflow_failover", {"dry_run": True}, "drill at 3 pm") is None
+    assert scheduled.runbook_run_note("mirrorflow_flow__a_to_b", {"dry_run": True}, None) is None
