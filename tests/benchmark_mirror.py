@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import math
 import os
@@ -38,6 +39,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,10 @@ def ends(bootstrap: str, topics: list[str]) -> int:
         return 0
 
 
+class MirrorFailed(Exception):
+    """A mirror's run that could not finish its copy: recorded as failed with this cause; the other runs go on."""
+
+
 def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
                 limit_s: float) -> tuple[float, int, dict[str, float]]:
     """(seconds from the first mirrored record to the last, records, CPU seconds per process tree in that time) on
@@ -227,11 +233,11 @@ def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
             cpu = {k: v - first_cpu.get(k, 0.0) for k, v in last_cpu.items()}
             return last_change - first_t, round(want * (n - first_n) / n), cpu  # markers in proportion
         elif time.monotonic() - last_change > 180:
-            raise SystemExit(f"{topics[0]}: no progress for 180 s at {n} records (see the mirror's log)")
+            raise MirrorFailed(f"{topics[0]}: no progress for 180 s at {n:,} of {want:,} records")
         if proc.poll() is not None:
-            raise SystemExit(f"the mirror exited early ({proc.returncode})")
+            raise MirrorFailed(f"the mirror exited early ({proc.returncode})")
         time.sleep(0.25)
-    raise SystemExit(f"{topics[0]}: not copied within {limit_s} s")
+    raise MirrorFailed(f"{topics[0]}: not copied within {limit_s} s")
 
 
 def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None) -> tuple[float, float]:
@@ -345,7 +351,7 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
     finally:
         proc.terminate()
         proc.wait(120)
-    rss, pss = memory.stop()
+        rss, pss = memory.stop()
     # CPU per 1,000 records copied, per process tree: where the 2 cores go, so what bounds the copy.
     per_k = {f"cpu_ms_per_k {k}": 1e6 * v / copied for k, v in cpu.items()}
     stored = sum(target_bytes(t) for t in copies)
@@ -516,6 +522,9 @@ def table(limit: dict[str, float], runs: list[Run], audit: dict[str, Any] | None
         f"| Kafka ConsumerPerformance | | {limit['consumer_rps']:,.0f} | {limit['consumer_mbs']:.1f} | | | | | | |",
     ]
     for name, mode, r in runs:
+        if "failed" in r:
+            rows.append(f"| {name} | {mode} | failed: {r['failed']} | | | | | | | |")
+            continue
         batch = (f"{r['batch_ms']:,.0f} ({r['batch_driver_ms']:,.0f} / {r['trigger_overhead_ms']:,.0f})"
                  if "batch_ms" in r else "")
         rows.append(f"| {name} | {mode} | {r['rps']:,.0f} | {r['rps'] * mb:.1f} | {r['peak_rss_mb']:,.0f} | "
@@ -523,7 +532,8 @@ def table(limit: dict[str, float], runs: list[Run], audit: dict[str, Any] | None
                     f"| {batch} |")
     first: dict[tuple[str, bool], dict[str, float]] = {}
     for name, mode, r in runs:
-        first.setdefault((mode, name.startswith("MirrorMaker")), r)
+        if "failed" not in r:
+            first.setdefault((mode, name.startswith("MirrorMaker")), r)
     for mode in dict.fromkeys(m for _, m, _ in runs):
         mm2, mf = first.get((mode, True)), first.get((mode, False))
         if mm2 and mf:
@@ -555,7 +565,7 @@ def cpu_table(runs: list[Run]) -> str:
     rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy | "
             "bytes on the target's disk per record |",
             "|---|---|" + "---:|" * (len(kinds) + 2)]
-    for name, mode, r in runs:
+    for name, mode, r in (run for run in runs if "failed" not in run[2]):
         cells = [f"{r[f'cpu_ms_per_k {k}']:,.0f}" if f"cpu_ms_per_k {k}" in r else "" for k in kinds]
         rows.append(f"| {name} | {mode} | " + " | ".join(cells) + f" | {r.get('cores_busy', math.nan):.2f} | "
                     f"{r.get('target_bytes_per_record', math.nan):,.0f} |")
@@ -616,50 +626,56 @@ def main() -> None:
         runs: list[Run] = []
         audit: dict[str, Any] | None = None
 
-        def ran(name: str, mode: str, figures: dict[str, float]) -> None:
+        def ran(name: str, mode: str, run: Callable[[], dict[str, float]]) -> None:
+            try:
+                figures = run()
+            except MirrorFailed as exc:  # the cause is in the mirror's log, beside the run's properties
+                figures = {"failed": f"{exc} (see {home})"}  # type: ignore[dict-item]
             runs.append((name, mode, figures))
             print(mode, name, figures, flush=True)
 
         if "plain" in modes:
             if not args.skip_mm2:
                 ran("MirrorMaker 2 (dedicated, tasks.max=12)", "plain",
-                    run_mm2(mm2_jars, home, "mm2src", ["bench", "lat-mm2"], args.records, latency_topic="lat-mm2",
-                            idle_s=args.idle))
+                    functools.partial(run_mm2, mm2_jars, home, "mm2src", ["bench", "lat-mm2"], args.records,
+                                      latency_topic="lat-mm2", idle_s=args.idle))
             ran("mirrorflow (local[*]; at-least-once, records fenced)", "plain",
-                run_mirrorflow(home, "src", "bench, lat-src", ["bench"], args.records, latency_topic="lat-src",
-                               idle_s=args.idle))
-            audit = audit_speed(home, runs[-1][2]["rps"])
-            print("audit", audit, flush=True)
+                functools.partial(run_mirrorflow, home, "src", "bench, lat-src", ["bench"], args.records,
+                                  latency_topic="lat-src", idle_s=args.idle))
+            if "rps" in runs[-1][2]:
+                audit = audit_speed(home, runs[-1][2]["rps"])
+                print("audit", audit, flush=True)
             for codec in codecs:
                 ran(f"mirrorflow, dst.producer.compression.type = {codec}", "plain",
-                    run_mirrorflow(home, f"src{codec}", f"bench, lat-src{codec}", ["bench"], args.records,
-                                   f"dst.producer.compression.type = {codec}\n", latency_topic=f"lat-src{codec}"))
+                    functools.partial(run_mirrorflow, home, f"src{codec}", f"bench, lat-src{codec}", ["bench"],
+                                      args.records, f"dst.producer.compression.type = {codec}\n",
+                                      latency_topic=f"lat-src{codec}"))
         if "transactional" in modes:
             rate = produce_transactions("txn", args.txn_records)
             print(f"transactional source: {args.txn_records:,} records at {rate:,.0f}/s", flush=True)
             if not args.skip_mm2:
                 ran("MirrorMaker 2, consumer isolation.level = read_committed", "transactional",
-                    run_mm2(mm2_jars, home, "mm2txn", ["txn"], args.txn_records,
+                    functools.partial(run_mm2, mm2_jars, home, "mm2txn", ["txn"], args.txn_records,
                             "mm2txn.consumer.isolation.level = read_committed\n"))
             ran("mirrorflow (reads committed: the source is transactional)", "transactional",
-                run_mirrorflow(home, "srctxn", "txn", ["txn"], args.txn_records))
+                functools.partial(run_mirrorflow, home, "srctxn", "txn", ["txn"], args.txn_records))
         if "exactly-once" in modes:
             if not args.skip_mm2:
                 ran("MirrorMaker 2, dst.exactly.once.source.support = enabled", "exactly-once",
-                    run_mm2(mm2_jars, home, "mm2eos", ["bench"], args.records,
+                    functools.partial(run_mm2, mm2_jars, home, "mm2eos", ["bench"], args.records,
                             "dst.exactly.once.source.support = enabled\ndedicated.mode.enable.internal.rest = true\n"
                             "listeners = http://127.0.0.1:26083\n"
                             "mm2eos.consumer.isolation.level = read_committed\n"))
             ran("mirrorflow, dst.exactly.once.source.support = enabled", "exactly-once",
-                run_mirrorflow(home, "srceos", "bench", ["bench"], args.records,
+                functools.partial(run_mirrorflow, home, "srceos", "bench", ["bench"], args.records,
                                "dst.exactly.once.source.support = enabled\n"))
         if "many" in modes:
             produce(many, args.records)
             if not args.skip_mm2:
                 ran(f"MirrorMaker 2, {MANY_TOPICS} topics x {PARTITIONS} partitions", "many",
-                    run_mm2(mm2_jars, home, "mm2many", many, args.records))
+                    functools.partial(run_mm2, mm2_jars, home, "mm2many", many, args.records))
             ran(f"mirrorflow, {MANY_TOPICS} topics x {PARTITIONS} partitions", "many",
-                run_mirrorflow(home, "srcmany", "many-.*", many, args.records))
+                functools.partial(run_mirrorflow, home, "srcmany", "many-.*", many, args.records))
         if wan:
             assert links is not None
             for alias, (listener, proxy) in WAN_PORTS.items():
@@ -679,11 +695,11 @@ def main() -> None:
                 tag = "wan" if far == "src" else "wanw"
                 if not args.skip_mm2:
                     ran(f"MirrorMaker 2 beside {beside} ({2 * WAN_ONE_WAY_MS} ms round trip)", mode,
-                        run_mm2(mm2_jars, home, f"mm2{tag}", ["wan", f"lat-{tag}-mm2"], args.records,
+                        functools.partial(run_mm2, mm2_jars, home, f"mm2{tag}", ["wan", f"lat-{tag}-mm2"], args.records,
                                 latency_topic=f"lat-{tag}-mm2", source=where["src"], target=where["dst"],
                                 tuning=WAN_TUNING, payloads=payloads))
                 ran(f"mirrorflow beside {beside} ({2 * WAN_ONE_WAY_MS} ms round trip)", mode,
-                    run_mirrorflow(home, f"src{tag}", f"wan, lat-{tag}", ["wan"], args.records,
+                    functools.partial(run_mirrorflow, home, f"src{tag}", f"wan, lat-{tag}", ["wan"], args.records,
                                    wan_tuning(f"src{tag}", mirrorflow=True), latency_topic=f"lat-{tag}",
                                    source=where["src"], target=where["dst"], payloads=payloads))
         result = json.dumps(runs) if args.skip_mm2 else table(limit, runs, audit)

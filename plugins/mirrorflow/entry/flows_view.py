@@ -367,8 +367,9 @@ def partitions_table(found: lifecycle.FlowHealth, rows: Sequence[Mapping[str, An
                      f"<td class='n'>{seconds}</td><td class='n'>{r['lost']:,}</td>"
                      f"<td>{'<br>'.join(notes) or '<span class=ok>none</span>'}</td></tr>")
     where = ("" if driver_here else "<p class='muted'>Stuck partitions and held topics are known where the stream "
-             "runs: its driver is not on this host.</p>") + ("<p class='muted'>Checkpoints not exact: as the newest "
-                                                               "checkpoint round on this host found them.</p>")
+             "runs: its driver is not on this host.</p>")
+    where += ("<p class='muted'>Trouble names a group whose checkpoint is not exact as the newest checkpoint round "
+              "on this host found it.</p>")
     summary = (f"<p><span class='state {_STATE_CLASS[state]}' data-state='{state}'>{state}</span> "
                f"{html.escape(why)}</p>")
     if found.lags is None:
