@@ -31,7 +31,7 @@ demo: setup
 	$(BIN)/mirrorflow start --flow "primary->backup" --reason "make demo" --wait 300
 	$(BIN)/mirrorflow traffic start
 	$(BIN)/mirrorflow health
-	@echo "Look at: the Airflow UI above: Browse -> mirrorflow flows; then trigger mirrorflow_failover as it comes (a dry run)"
+	@echo "Look at: the Airflow UI above: Flows in its navigation bar; then trigger mirrorflow_failover as it comes (a dry run)"
 	@echo "         and read its 'mirrorflow report' tab (README: A first tour). Terminal: .venv/bin/mirrorflow status | health | topology"
 	@echo "         Stop everything with: make stop"
 
