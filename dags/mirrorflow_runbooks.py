@@ -50,7 +50,7 @@ COMMON = {
     "groups": Param(".*", type="string", title="Consumer groups (regex)",
                     description="Java regex of the consumer groups to move, e.g. orders-.* (default: every group "
                                 "the flow replicates)"),
-    "dry_run": Param(True, type="boolean", title="Dry run",
+    "dry_run": Param(scheduled.DRY_RUN_BY_DEFAULT, type="boolean", title="Dry run",
                      description="Only read and report what would be done; change nothing. Untick for the real "
                                  "run"),
     "require_approval": Param(True, type="boolean", title="Require approval",

@@ -1,6 +1,6 @@
 """Registers mirrorflow's parts with Airflow: its pages (mirrorflow.entry.airflow_views: Flows, and each run's
-report tab), and a scheduler listener that notes a runbook's dry run as the run starts, so the run's page and
-the grid's run tooltip say so. A task cannot write its own run's note (the Task SDK has no such call); the
+report tab), and a scheduler listener that notes a runbook's dry run as the run starts, so the run's page says
+so. A task cannot write its own run's note (the Task SDK has no such call); the
 scheduler's listener can, in the session that starts the run."""
 
 from typing import Any

@@ -241,13 +241,14 @@ def runbook_dry_run_marker(params: Mapping[str, Any]) -> str:
 
 
 RUNBOOK_DAGS = ("mirrorflow_failover", "mirrorflow_failback")
+DRY_RUN_BY_DEFAULT = True  # the runbook forms' default, and what a run triggered without `dry_run` in its conf does
 DRY_RUN_NOTE = "DRY RUN: nothing is changed; the mirrorflow report tab says what a real run would do"
 
 
 def runbook_run_note(dag_id: str, conf: Mapping[str, Any] | None, note: str | None) -> str | None:
     """The note a run gets as it starts (the scheduler's listener in `plugins/mirrorflow_views.py`): the dry-run
     note for a runbook's dry run, which is the forms' default. A note a person wrote is never replaced."""
-    if dag_id not in RUNBOOK_DAGS or note or not (conf or {}).get("dry_run", True):
+    if dag_id not in RUNBOOK_DAGS or note or not (conf or {}).get("dry_run", DRY_RUN_BY_DEFAULT):
         return None
     return DRY_RUN_NOTE
 
