@@ -6,7 +6,8 @@ timestamps in the window and their copies on B, and compares them by content. Th
 `report`, also its return value) is the report: per partition, source and mirrored records, missing offsets
 as ranges, duplicated offsets, records whose key, value, headers or timestamp differ, and what the stream has
 not mirrored yet (not counted as missing). The task fails when anything is missing or differs, so Airflow's
-alerting reaches the person on call; the failure names the first examples.
+alerting reaches the person on call; the failure names the first examples and is not retried (a retry covers only
+a task that could not start).
 
 `mirrorflow_backfill` copies a bounded range of one flow with the stream's fidelity and skips what the target
 holds, so running it twice writes nothing the second time. A running stream makes it refuse, unless `pause`
@@ -35,7 +36,7 @@ def audit_dag(flow: Flow) -> DAG:
     windows = CronDataIntervalTimetable(flow.value("mirrorflow.audit.schedule"), timezone="UTC")
     with DAG(dag_id=deployment.dag_id("audit", flow), schedule=windows,
              start_date=deployment.START, catchup=False, max_active_runs=1, doc_md=__doc__,
-             default_args=deployment.TASK_DEFAULTS, tags=["mirrorflow", "audit", flow.source, flow.target]) as dag:
+             default_args=deployment.RETRIED_ONCE, tags=["mirrorflow", "audit", flow.source, flow.target]) as dag:
 
         @task(task_id="audit", execution_timeout=timedelta(hours=2))
         def audit() -> dict[str, Any]:

@@ -23,16 +23,13 @@ from mirrorflow.entry import deployment, scheduled
 from mirrorflow.model.config import Flow
 
 CONFIG = deployment.config_path(Path(__file__).resolve().parent.parent)
-# Every task here is idempotent, so one retry is safe; it covers a task that could not even start (at Airflow's
-# start, the scheduler may queue tasks before the API server answers them).
-RETRIED_ONCE = {**deployment.TASK_DEFAULTS, "retries": 1, "retry_delay": timedelta(seconds=30)}
 
 
 def flow_dag(flow: Flow) -> DAG:
     period = deployment.flow_period(flow)
     with DAG(dag_id=deployment.dag_id("flow", flow), schedule=timedelta(seconds=period),
              start_date=deployment.START, catchup=False, max_active_runs=1, doc_md=__doc__,
-             default_args=RETRIED_ONCE,
+             default_args=deployment.RETRIED_ONCE,
              tags=["mirrorflow", deployment.ON_CALL_TAG, "flow", flow.source, flow.target]) as dag:
 
         @task(task_id="health", execution_timeout=timedelta(minutes=10))

@@ -126,6 +126,16 @@ def _dag_run(cfg_path: Path, dag_id: str, key: str, **test_args: Any) -> tuple[s
         return str(run.state), row.value if isinstance(row.value, dict) else json.loads(row.value)
 
 
+def _tries(dag_id: str) -> int:
+    """How many times the task of the DAG's newest run was tried."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        newest = session.query(TaskInstance).filter_by(dag_id=dag_id).order_by(TaskInstance.start_date.desc()).first()
+        return int(newest.try_number)
+
+
 def _dag_audit(cfg_path: Path, window_end: datetime) -> tuple[str, dict[str, Any]]:
     """The flow's hourly audit DAG, run for the hour ending at `window_end`: its state and its report."""
     return _dag_run(cfg_path, "mirrorflow_audit__quarry_to_depot", "report", logical_date=window_end)
@@ -236,6 +246,7 @@ def test_audit_names_exactly_the_dropped_duplicated_and_altered_offsets_of_a_bro
     # The hourly DAG over the records' hour fails, and its report names the same offsets.
     state, xcom = _dag_audit(cfg_path, window_start + timedelta(hours=1))
     assert state == "failed" and not xcom["complete"]
+    assert _tries("mirrorflow_audit__quarry_to_depot") == 1  # a finding is not retried (only a task that cannot start)
     assert xcom["missing"] == 10 and xcom["differing"] == 2 and xcom["duplicated"] == 5 and xcom["behind"] == 10
     assert xcom["partitions"][0]["missing_ranges"] == [[10, 19]], xcom["partitions"][0]
 

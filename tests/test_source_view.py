@@ -3,6 +3,8 @@ the source is gone."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from mirrorflow.kafka import source_view
 from mirrorflow.kafka.link import FlowLink
@@ -28,3 +30,15 @@ def test_the_target_keeps_the_newest_view_of_each_flow(local_clusters: config.Mi
     finally:
         writer.close()
     assert source_view.newest(link) == SourceView(110.0, {("a", 0): 9, ("a", 1): 2}, 104.0)
+
+
+def test_offering_a_view_never_waits_on_a_target_that_does_not_answer() -> None:
+    # Nothing listens on the target's port: creating the view's topic waits out the admin timeout, on its own thread.
+    cfg = config.from_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:9\nb.bootstrap.servers = 127.0.0.1:9\n"
+                           "a->b.enabled = true\n")
+    writer = source_view.ViewWriter(FlowLink.of(cfg, "a->b"))
+    began = time.monotonic()
+    assert writer.offer(SourceView(100.0, {("a", 0): 5}))
+    assert not writer.offer(SourceView(110.0, {("a", 0): 9}))  # the first is still being written: dropped
+    writer.close(timeout_s=0.5)
+    assert time.monotonic() - began < 5

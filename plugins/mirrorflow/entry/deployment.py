@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from mirrorflow.model import client_config, config, keys, properties
@@ -20,6 +20,9 @@ SPARK_CONNECTION = "mirrorflow_spark"  # the Spark master the stream DAGs submit
 # Every task: owned by mirrorflow; no blind retries (scheduled DAGs run again at their next interval, runbook
 # steps must not repeat by themselves).
 TASK_DEFAULTS: dict[str, object] = {"owner": "mirrorflow", "retries": 0}
+# For idempotent scheduled tasks: one retry covers a task that could not even start (at Airflow's start the scheduler
+# may queue tasks before the API server answers them). A finding (an incomplete audit) fails without a retry.
+RETRIED_ONCE: dict[str, object] = {**TASK_DEFAULTS, "retries": 1, "retry_delay": timedelta(seconds=30)}
 # Scheduled DAGs start here and never catch up: only the current interval matters to a mirror.
 START = datetime(2026, 1, 1, tzinfo=UTC)
 # The DAGs a person on call watches (each flow's upkeep, whose health fails on trouble) and triggers (runbooks):

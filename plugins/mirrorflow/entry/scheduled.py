@@ -191,10 +191,15 @@ def audit_window(config_path: Path, flow_name: str, start: datetime, end: dateti
     return report.as_dict()
 
 
-@said_first
 def require_complete(report: Mapping[str, Any]) -> None:
+    """Fail the audit task when anything is missing or differs, without a retry: the audit found it, a second one
+    would find it again (its retry covers a task that could not start)."""
     if not report["complete"]:
-        raise OperationalError(report["summary"])
+        from airflow.sdk.exceptions import AirflowFailException
+
+        log.error("%s", report["summary"])
+        _leave_error(str(report["summary"]))
+        raise AirflowFailException(report["summary"])
 
 
 @said_first

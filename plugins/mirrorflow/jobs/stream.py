@@ -555,11 +555,7 @@ class _Driver:
         ends = self.metrics.source_ends()
         if self.ends_as_of is None or not ends:
             return
-        try:
-            self.view.write(source_view.SourceView(self.ends_as_of, ends, snapshot.get("mirrored-through")))
-        except (KafkaException, OperationalError, BufferError) as exc:
-            log.warning("flow %s: the source view cannot be written to %s: %s", self.flow.name, self.flow.target,
-                        exc)
+        self.view.offer(source_view.SourceView(self.ends_as_of, ends, snapshot.get("mirrored-through")))
 
     def _stop(self, query: Any) -> bool:
         """Let a running batch finish so that its records and syncs are complete, then stop; True if no batch was

@@ -19,6 +19,8 @@ Bound: one live record per flow; a reader reads only the partition's newest reco
 from __future__ import annotations
 
 import json
+import logging
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,8 +28,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync
 from mirrorflow.kafka.link import FlowLink
+
+log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 _TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.ms": "600000", "min.cleanable.dirty.ratio": "0.1",
@@ -68,6 +73,24 @@ class ViewWriter:
     def __init__(self, link: FlowLink) -> None:
         self.link = link
         self._producer: Producer | None = None
+        self._writing: threading.Thread | None = None  # at most one write in flight
+
+    def offer(self, view: SourceView) -> bool:
+        """Write the view on a thread of its own, so the driver's loop never waits on the target (the first write
+        creates the topic: up to the admin timeout while a target broker is down). A view offered while the last
+        one is still being written is dropped, False: the next is newer."""
+        if self._writing is not None and self._writing.is_alive():
+            return False
+        self._writing = threading.Thread(target=self._write_or_warn, args=(view,), name="source-view", daemon=True)
+        self._writing.start()
+        return True
+
+    def _write_or_warn(self, view: SourceView) -> None:
+        try:
+            self.write(view)
+        except (KafkaException, OperationalError, BufferError) as exc:
+            log.warning("flow %s: the source view cannot be written to %s: %s", self.link.name,
+                        self.link.flow.target, exc)
 
     def write(self, view: SourceView) -> None:
         """Queue the view; delivery is checked at the next write or `close` (a lost view only makes it older)."""
@@ -82,6 +105,8 @@ class ViewWriter:
         self._producer.produce(topic(self.link.source.alias), view.value(), self.link.name.encode(), partition=0)
 
     def close(self, timeout_s: float = 10.0) -> None:
+        if self._writing is not None:
+            self._writing.join(timeout_s)
         if self._producer is not None:
             self._producer.flush(timeout_s)
             self._producer = None
