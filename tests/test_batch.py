@@ -361,14 +361,20 @@ def test_the_copiers_python_record_digest_equals_sparks_on_every_kind_of_record(
         ts = 1_700_000_000_000 + i * 977 - (2_000_000_000_000 if i % 17 == 0 else 0)  # before 1970 too
         rows.append((3 + i % 2, 10**12 + i * 31, key, value, headers,
                      datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC), ts))
+    # A partition whose records all have a key and a value and no header, and one where none has a key.
+    for i in range(60):
+        ts = 1_700_000_000_000 + i
+        moment = datetime.datetime.fromtimestamp(ts / 1000, datetime.UTC)
+        rows.append((5, i, rng.randbytes(i % 9), rng.randbytes(64), None, moment, ts))
+        rows.append((6, i, None, rng.randbytes(64) if i % 2 else None, [] if i % 3 else None, moment, ts))
     df = spark.createDataFrame([r[:6] for r in rows], "partition int, offset long, key binary, value binary, "
                                "headers array<struct<key: string, value: binary>>, timestamp timestamp")
     expected = [r[0] for r in df.selectExpr(digests.RECORD_DIGEST).collect()]
     got: list[int] = []
-    for partition in (3, 4):  # the copier computes one partition's records at a time
+    for partition in (3, 4, 5, 6):  # the copier computes one partition's records at a time
         mine = [r for r in rows if r[0] == partition]
         got += record_digest.digests_of(partition, np.array([r[1] for r in mine]), [r[2] for r in mine],
                                         [r[3] for r in mine], [r[4] for r in mine],
                                         np.array([r[6] for r in mine])).tolist()
-    by_partition = [r for p in (3, 4) for r in rows if r[0] == p]
+    by_partition = [r for p in (3, 4, 5, 6) for r in rows if r[0] == p]
     assert got == [expected[rows.index(r)] for r in by_partition]
