@@ -584,6 +584,8 @@ def main() -> None:
     ap.add_argument("--compression", default="", help="also run mirrorflow with these target compressions (lz4,zstd)")
     ap.add_argument("--modes", default=",".join(MODES), help=f"of {', '.join(MODES)}")
     ap.add_argument("--skip-mm2", action="store_true", help="no MM2 runs (the ratios need them)")
+    ap.add_argument("--mirrorflow-first", action="store_true",
+                    help="plain: mirrorflow before MM2 (the second copy runs on brokers holding the first's records)")
     ap.add_argument("--wan-sides", default="target,source", help="where the mirrors run in the wan mode: beside the "
                     "target (reads cross the WAN), beside the source (writes cross it), or both")
     ap.add_argument("--stream-args", default="", help="more arguments for `mirrorflow stream` (experiments)")
@@ -627,6 +629,9 @@ def main() -> None:
         audit: dict[str, Any] | None = None
 
         def ran(name: str, mode: str, run: Callable[[], dict[str, float]]) -> None:
+            # Each mirror starts with nothing left to write back: the backlog just produced, or the copy before it
+            # (2 GB), was otherwise written back by the kernel during this copy.
+            os.sync()
             try:
                 figures = run()
             except MirrorFailed as exc:  # the cause is in the mirror's log, beside the run's properties
@@ -635,13 +640,15 @@ def main() -> None:
             print(mode, name, figures, flush=True)
 
         if "plain" in modes:
-            if not args.skip_mm2:
-                ran("MirrorMaker 2 (dedicated, tasks.max=12)", "plain",
-                    functools.partial(run_mm2, mm2_jars, home, "mm2src", ["bench", "lat-mm2"], args.records,
-                                      latency_topic="lat-mm2", idle_s=args.idle))
-            ran("mirrorflow (local[*]; at-least-once, records fenced)", "plain",
-                functools.partial(run_mirrorflow, home, "src", "bench, lat-src", ["bench"], args.records,
-                                  latency_topic="lat-src", idle_s=args.idle))
+            pair = [("MirrorMaker 2 (dedicated, tasks.max=12)",
+                     functools.partial(run_mm2, mm2_jars, home, "mm2src", ["bench", "lat-mm2"], args.records,
+                                       latency_topic="lat-mm2", idle_s=args.idle)),
+                    ("mirrorflow (local[*]; at-least-once, records fenced)",
+                     functools.partial(run_mirrorflow, home, "src", "bench, lat-src", ["bench"], args.records,
+                                       latency_topic="lat-src", idle_s=args.idle))]
+            for name, run in pair[::-1] if args.mirrorflow_first else pair:
+                if not (args.skip_mm2 and run.func is run_mm2):
+                    ran(name, "plain", run)
             if "rps" in runs[-1][2]:
                 audit = audit_speed(home, runs[-1][2]["rps"])
                 print("audit", audit, flush=True)
