@@ -110,14 +110,20 @@ def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable
     yield from summaries
 
 
+_frozen: list[bool] = []  # this worker's objects are frozen out of the cycle collector (asked once)
+
+
 @contextlib.contextmanager
 def _without_cycle_collection() -> Iterator[None]:
     """Python's cycle collector off while a task copies: every record is a few container objects (a Message, its
     headers) that form no cycle, and the collector's passes over the hundreds of thousands alive in a task took a
     fifth of the worker's CPU (py-spy, plain bench). Reference counting frees them; what the worker had before its
-    first task (Spark's, pyarrow's) is frozen out of the collector's passes for good."""
-    if gc.get_freeze_count() == 0:
-        gc.freeze()
+    first task (Spark's, pyarrow's) is frozen out of the collector's passes for good. Whether it is frozen is asked
+    once per worker: `gc.get_freeze_count()` walks every frozen object (tens of ms a call in a worker)."""
+    if not _frozen:
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+        _frozen.append(True)
     enabled = gc.isenabled()
     gc.disable()
     try:
