@@ -35,13 +35,14 @@ def said_first(task: Callable[..., _Result]) -> Callable[..., _Result]:
         try:
             return task(*args, **kwargs)
         except MirrorflowError as exc:
-            log.error("%s", exc)
-            _leave_error(str(exc))
+            _say_error(str(exc))
             raise
     return run
 
 
-def _leave_error(message: str) -> None:
+def _say_error(message: str) -> None:
+    """A task's expected failure, in one line: logged, and left as its `error` XCom."""
+    log.error("%s", message)
     try:
         from airflow.sdk import get_current_context
 
@@ -197,8 +198,7 @@ def require_complete(report: Mapping[str, Any]) -> None:
     if not report["complete"]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        log.error("%s", report["summary"])
-        _leave_error(str(report["summary"]))
+        _say_error(str(report["summary"]))
         raise AirflowFailException(report["summary"])
 
 
