@@ -63,6 +63,17 @@ def test_plain_local_cluster_serves_producers_and_consumers(local_clusters: conf
     assert sent == sorted((f"k{i}".encode(), f"v{i}".encode()) for i in range(20))
 
 
+def test_a_local_brokers_index_files_are_small_but_hold_a_whole_segment(local_clusters: config.MirrorConfig) -> None:
+    roundtrip(client(local_clusters, "alpha"), "roundtrip-alpha")
+    (broker,) = local.local_brokers(local_clusters, ["alpha"])
+    indexes = sorted((broker.folder / "data").glob("roundtrip-alpha-*/*.*index"))
+    assert {p.suffix for p in indexes} == {".index", ".timeindex"}
+    # The active segment's indexes are preallocated at the configured size: what a first touch may zero-fill.
+    assert {p.stat().st_size for p in indexes} <= {local.INDEX_BYTES - local.INDEX_BYTES % 12, local.INDEX_BYTES}
+    entries = local.SEGMENT_BYTES // 4096  # one entry per 4 KiB of log, Kafka's default index interval
+    assert 12 * entries <= local.INDEX_BYTES
+
+
 def test_up_twice_leaves_one_broker_per_alias(local_clusters: config.MirrorConfig) -> None:
     before = {s.alias: s.pid for s in local.status(local_clusters)}
     after = {s.alias: s.pid for s in local.up(local_clusters)}
