@@ -344,7 +344,7 @@ def _jaas_value(text: str) -> str:
 # default index interval (4 KiB of log an entry; a time index entry takes 12 bytes); a full index only rolls the
 # segment early.
 SEGMENT_BYTES = 64 << 20
-INDEX_BYTES = 1 << 20
+INDEX_BYTES = int(os.environ.get("MIRRORFLOW_BROKER_INDEX_BYTES", 1 << 20))  # for tests/benchmark_broker_index.py
 
 
 def _server_properties(b: LocalBroker, creds: tuple[str, str] | None, keystore_password: str | None = None) -> str:
