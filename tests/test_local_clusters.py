@@ -69,9 +69,18 @@ def test_a_local_brokers_index_files_are_small_but_hold_a_whole_segment(local_cl
     indexes = sorted((broker.folder / "data").glob("roundtrip-alpha-*/*.*index"))
     assert {p.suffix for p in indexes} == {".index", ".timeindex"}
     # The active segment's indexes are preallocated at the configured size: what a first touch may zero-fill.
-    assert {p.stat().st_size for p in indexes} <= {local.INDEX_BYTES - local.INDEX_BYTES % 12, local.INDEX_BYTES}
+    size = local.index_bytes()
+    assert {p.stat().st_size for p in indexes} <= {size - size % 12, size}
     entries = local.SEGMENT_BYTES // 4096  # one entry per 4 KiB of log, Kafka's default index interval
     assert 12 * entries <= local.INDEX_BYTES
+
+
+@pytest.mark.parametrize("wanted", ["1m", "-1", "12"])
+def test_an_index_size_that_is_not_a_byte_count_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch,
+                                                                      wanted: str) -> None:
+    monkeypatch.setenv("MIRRORFLOW_BROKER_INDEX_BYTES", wanted)
+    with pytest.raises(LocalClusterError, match=r"^MIRRORFLOW_BROKER_INDEX_BYTES = .*: expected a number of bytes"):
+        local.index_bytes()
 
 
 def test_up_twice_leaves_one_broker_per_alias(local_clusters: config.MirrorConfig) -> None:

@@ -344,7 +344,16 @@ def _jaas_value(text: str) -> str:
 # default index interval (4 KiB of log an entry; a time index entry takes 12 bytes); a full index only rolls the
 # segment early.
 SEGMENT_BYTES = 64 << 20
-INDEX_BYTES = int(os.environ.get("MIRRORFLOW_BROKER_INDEX_BYTES", 1 << 20))  # for tests/benchmark_broker_index.py
+INDEX_BYTES = 1 << 20
+
+
+def index_bytes() -> int:
+    """The brokers' index size: INDEX_BYTES, or MIRRORFLOW_BROKER_INDEX_BYTES (tests/benchmark_broker_index.py)."""
+    wanted = os.environ.get("MIRRORFLOW_BROKER_INDEX_BYTES", str(INDEX_BYTES))
+    if not wanted.isdigit() or int(wanted) < 4096:
+        raise LocalClusterError(f"MIRRORFLOW_BROKER_INDEX_BYTES = {wanted!r}: expected a number of bytes, "
+                                "at least 4096")
+    return int(wanted)
 
 
 def _server_properties(b: LocalBroker, creds: tuple[str, str] | None, keystore_password: str | None = None) -> str:
@@ -361,7 +370,7 @@ def _server_properties(b: LocalBroker, creds: tuple[str, str] | None, keystore_p
         f"share.coordinator.state.topic.replication.factor={b.replicas}",
         f"share.coordinator.state.topic.min.isr={min(2, b.replicas)}",
         "group.initial.rebalance.delay.ms=0", f"log.segment.bytes={SEGMENT_BYTES}",
-        f"log.index.size.max.bytes={INDEX_BYTES}",
+        f"log.index.size.max.bytes={index_bytes()}",
         "log.cleaner.dedupe.buffer.size=8388608", "log.cleaner.backoff.ms=2000",
         "num.network.threads=2", "num.io.threads=4",
         "message.max.bytes=10485760", "replica.fetch.max.bytes=10485760",
