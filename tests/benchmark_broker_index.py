@@ -83,12 +83,16 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--one":
         print(" ".join(f"{rate:.0f}" for rate in one_size()))
         return
+    from mirrorflow.dev import local
+
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-index-"))
     print(f"read-ahead of the brokers' disk: {read_ahead_kb(home)} KiB")
     print("| index files | " + " | ".join(f"round {r + 1} ({kind}) records/s" for r, (kind, _) in enumerate(ROUNDS))
           + " |")
     print("|---|" + "---:|" * len(ROUNDS))
-    for label, size in (("10 MiB (Kafka's default)", 10 << 20), ("1 MiB (the launcher's)", 1 << 20)):
+    sizes = (("10 MiB (Kafka's default)", 10 << 20),
+             (f"{local.INDEX_BYTES >> 20} MiB (the launcher's)", local.INDEX_BYTES))
+    for label, size in sizes:
         env = {**os.environ, "MIRRORFLOW_HOME": str(home / str(size)), "MIRRORFLOW_BROKER_INDEX_BYTES": str(size)}
         env.setdefault("MIRRORFLOW_JAR_CACHE", str(Path(__file__).resolve().parent.parent / ".mirrorflow" / "jars"))
         out = subprocess.run([sys.executable, __file__, "--one"], env=env, check=True, capture_output=True,
