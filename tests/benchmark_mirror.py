@@ -240,10 +240,12 @@ def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
     raise MirrorFailed(f"{topics[0]}: not copied within {limit_s} s")
 
 
-def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None) -> tuple[float, float]:
+def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None,
+            mirror_pid: int | None = None) -> tuple[float, float, float]:
     """p50 and p99 (ms) of arrival minus CreateTime while producing RATE records/s for LATENCY_S (random bytes, or
     `payloads` in turn), after WARMUP_S at that rate, not counted: a fresh topic's first second costs about 750 ms
-    of p99 with no mirror at all (produced straight to the target: 757 ms in its first 5 s, 10-20 after)."""
+    of p99 with no mirror at all (produced straight to the target: 757 ms in its first 5 s, 10-20 after); and the
+    cores the mirror's process tree (`mirror_pid`) kept busy while they were measured (nan without it)."""
     seen: list[float] = []
     done = threading.Event()
     measured_from = [math.inf]  # CreateTime (ms) of the first measured record
@@ -271,15 +273,19 @@ def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None)
     print(f"latency {dst_topic}: {RATE:,} records/s from {time.time():.3f} (epoch s), measured after {WARMUP_S} s",
           flush=True)
     start, sent, warm = time.monotonic(), 0, 0
+    roots = {"mirror": mirror_pid} if mirror_pid is not None else {}
+    cpu_from = (0.0, 0.0)
     while time.monotonic() - start < WARMUP_S + LATENCY_S:
         if not warm and time.monotonic() - start >= WARMUP_S:
             measured_from[0], warm = time.time() * 1000, sent
+            cpu_from = (time.monotonic(), sum(cpu_seconds(roots).values()))
         due = int((time.monotonic() - start) * RATE)
         while sent < due:
             p.produce(src_topic, values[sent % len(values)], partition=sent % PARTITIONS)
             sent += 1
         p.poll(0)
         time.sleep(0.005)
+    cores = (sum(cpu_seconds(roots).values()) - cpu_from[1]) / (time.monotonic() - cpu_from[0]) if roots else math.nan
     p.flush(30)
     sent -= warm
     deadline = time.monotonic() + 60
@@ -294,7 +300,7 @@ def latency(src_topic: str, dst_topic: str, payloads: list[bytes] | None = None)
     print(f"latency {dst_topic}: p99 per 5 s:", ", ".join(f"{s[int(len(s) * 0.99) - 1]:.0f}" for s in spells if s),
           flush=True)
     seen.sort()
-    return seen[len(seen) // 2], seen[int(len(seen) * 0.99) - 1]
+    return seen[len(seen) // 2], seen[int(len(seen) * 0.99) - 1], cores
 
 
 def after_idle(src_topic: str, dst_topic: str, idle_s: float) -> float:
@@ -344,9 +350,9 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
     try:
         seconds, copied, cpu = wait_copied(copies, records, proc, 3600)
         batch = stream_status()
-        p50 = p99 = idle_ms = nan
+        p50 = p99 = idle_ms = rate_cores = nan
         if latency_topic:
-            p50, p99 = latency(latency_topic, f"{alias}.{latency_topic}", payloads)
+            p50, p99, rate_cores = latency(latency_topic, f"{alias}.{latency_topic}", payloads, proc.pid)
             idle_ms = after_idle(latency_topic, f"{alias}.{latency_topic}", idle_s) if idle_s > 0 else nan
     finally:
         proc.terminate()
@@ -359,7 +365,8 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
     # batch that landed before it).
     return {"rps": copied / seconds, "target_bytes_per_record": stored / records, "seconds": seconds,
             "peak_rss_mb": rss, "peak_pss_mb": pss, "p50_ms": p50,
-            "p99_ms": p99, "after_idle_ms": idle_ms, "cores_busy": sum(cpu.values()) / seconds, **per_k, **batch}
+            "p99_ms": p99, "mirror_cores_at_rate": rate_cores, "after_idle_ms": idle_ms,
+            "cores_busy": sum(cpu.values()) / seconds, **per_k, **batch}
 
 
 def target_bytes(topic: str) -> int:
@@ -560,15 +567,17 @@ def table(limit: dict[str, float], runs: list[Run], audit: dict[str, Any] | None
 
 def cpu_table(runs: list[Run]) -> str:
     """CPU milliseconds per 1,000 records copied, per process tree, while each mirror copied its backlog; all of it
-    over the copy's seconds is how many of the machine's cores were busy."""
+    over the copy's seconds is how many of the machine's cores were busy; and the mirror's cores at the latency
+    phase's fixed rate."""
     kinds = ("mirror JVM", "mirror Python driver", "mirror Python workers", "source broker", "target broker")
     rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy | "
-            "bytes on the target's disk per record |",
-            "|---|---|" + "---:|" * (len(kinds) + 2)]
+            "bytes on the target's disk per record | mirror's cores at 5,000 records/s |",
+            "|---|---|" + "---:|" * (len(kinds) + 3)]
     for name, mode, r in (run for run in runs if "failed" not in run[2]):
         cells = [f"{r[f'cpu_ms_per_k {k}']:,.0f}" if f"cpu_ms_per_k {k}" in r else "" for k in kinds]
         rows.append(f"| {name} | {mode} | " + " | ".join(cells) + f" | {r.get('cores_busy', math.nan):.2f} | "
-                    f"{r.get('target_bytes_per_record', math.nan):,.0f} |")
+                    f"{r.get('target_bytes_per_record', math.nan):,.0f} | "
+                    f"{r.get('mirror_cores_at_rate', math.nan):.2f} |")
     return "\n".join(rows)
 
 

@@ -1,4 +1,4 @@
-"""The stream's batch planning (rules/batch_plan): admission and task-slot ranges, invariants P1-P4, P6 and P8."""
+"""The stream's batch planning (rules/batch_plan): admission and task-slot ranges, invariants P1-P4, P6, P8 and P9."""
 
 from __future__ import annotations
 
@@ -154,3 +154,21 @@ def test_a_backfill_writes_exactly_the_offsets_without_a_copy(offsets: list[int]
                                                               covered: list[tuple[int, int]]) -> None:
     expected = [i for i in range(lo, len(offsets)) if not any(a <= offsets[i] < b for a, b in covered)]
     assert batch_plan.uncovered(offsets, lo, covered) == expected
+
+
+@given(st.dictionaries(st.sampled_from([A0, A1, B0]), st.tuples(st.integers(0, 50), st.integers(0, 50),
+                                                                st.integers(0, 60)), min_size=1))
+def test_a_batch_after_a_lingering_one_resumes_where_the_copy_got_to_and_never_below_sparks_start(
+        parts: dict[tuple[str, int], tuple[int, int, int]]) -> None:
+    start = {tp: s for tp, (s, _, _) in parts.items()}
+    end = {tp: s + n for tp, (s, n, _) in parts.items()}
+    positions = {tp: p for tp, (_, _, p) in parts.items()}
+    ranges = [r for slot in batch_plan.slot_ranges(batch_plan.resumed(start, positions), end, 2) for r in slot]
+    for r in ranges:
+        tp = (r.topic, r.partition)
+        assert r.from_offset == max(start[tp], positions[tp]) and r.until_offset == end[tp]
+    assert {(r.topic, r.partition) for r in ranges} == {tp for tp in parts if max(start[tp], positions[tp]) < end[tp]}
+
+
+def test_a_partition_without_a_start_gets_none_from_its_position_alone() -> None:
+    assert batch_plan.resumed({A0: 5}, {A0: 9, A1: 4}) == {A0: 9}

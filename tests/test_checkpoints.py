@@ -56,12 +56,12 @@ def setup(stream_clusters: config.MirrorConfig, tmp_path_factory: pytest.TempPat
         "alpha->beta.topics = c1\\..*\nalpha.consumer.isolation.level = read_committed\n"
         "sync.group.offsets.enabled = true\nemit.checkpoints.interval.seconds = 5\n"
         "groups.exclude = test-.*\ncheckpoints.topic.replication.factor = 1\n"
-        # Few anchors and small batches, so that thinning happens in every test of the module.
+        # Few anchors and small batches (not lingering: --linger-ms 0), so that thinning happens in every test.
         "mirrorflow.offset-syncs.anchors.max = 8\nmirrorflow.offset-syncs.anchors.spacing = 20\n"
         "mirrorflow.offset-syncs.prune.interval.seconds = 2\nmirrorflow.checkpoints.task.seconds = 0\n"))
     _fill_sources()
     stream = StreamProcess(path, "alpha->beta", work)
-    stream.start("--max-records-per-batch", "500")
+    stream.start("--max-records-per-batch", "500", "--linger-ms", "0")
     wait_for(lambda: _mirrored(ORDERS, 3) and _mirrored("c1.compacted", 1) and _mirrored("c1.sparse", 2)
              and _mirrored("c1.behind", 1),
              240, "the c1 topics mirrored", stream)
@@ -389,7 +389,7 @@ def test_checkpoints_stay_monotonic_across_a_crash_of_the_mirror(setup) -> None:
         _commit(ALPHA, "g-steady", {(ORDERS, 0): end - 100})
         if step == 1:
             stream.kill9()
-            stream.start("--max-records-per-batch", "500")
+            stream.start("--max-records-per-batch", "500", "--linger-ms", "0")
         _round(cfg)
         history.append(_checkpoints("g-steady")[(f"alpha.{ORDERS}", 0)].downstream_offset)
     assert history == sorted(history)

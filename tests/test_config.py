@@ -186,14 +186,17 @@ def test_a_flows_stream_settings_come_from_the_file_with_each_default_in_the_key
     defaults = {k.name: k.default for k in keys.FLOW_KEYS}
     assert plain.flow("A->B").stream == config.StreamSettings(
         defaults["mirrorflow.stream.spark.master"], defaults["mirrorflow.stream.driver.memory"],
-        int(defaults["mirrorflow.stream.max.records.per.batch"]), int(defaults["mirrorflow.stream.trigger.ms"]))
+        int(defaults["mirrorflow.stream.max.records.per.batch"]), int(defaults["mirrorflow.stream.trigger.ms"]),
+        int(defaults["mirrorflow.stream.linger.ms"]))
     assert not plain.flow("A->B").given("mirrorflow.stream.spark.master")
     tuned = load(BASE + "A->B.enabled = true\nB->A.enabled = true\nmirrorflow.stream.trigger.ms = 0\n"
+                 "A->B.mirrorflow.stream.linger.ms = 0\n"
                  "A->B.mirrorflow.stream.max.records.per.batch = 250000\nA->B.mirrorflow.stream.driver.memory = 2g\n"
                  "A->B.mirrorflow.stream.spark.master = spark://m:7077\n")
-    assert tuned.flow("A->B").stream == config.StreamSettings("spark://m:7077", "2g", 250_000, 0)
+    assert tuned.flow("A->B").stream == config.StreamSettings("spark://m:7077", "2g", 250_000, 0, 0)
     assert tuned.flow("A->B").given("mirrorflow.stream.spark.master")
     assert tuned.flow("B->A").stream.trigger_ms == 0 and tuned.flow("B->A").stream.max_records_per_batch == 100_000
+    assert tuned.flow("B->A").stream.linger_ms == 1_500
 
 
 def test_a_stream_setting_out_of_range_is_one_line_naming_file_line_and_key() -> None:
@@ -212,10 +215,10 @@ def test_a_stream_setting_out_of_range_is_one_line_naming_file_line_and_key() ->
 def test_a_runs_flags_override_the_flows_stream_settings() -> None:
     from mirrorflow.jobs.stream import StreamOptions
 
-    settings = config.StreamSettings("yarn", "2g", 250_000, 50)
+    settings = config.StreamSettings("yarn", "2g", 250_000, 50, 1_000)
     assert StreamOptions().over(settings) == settings
-    assert StreamOptions(master="local[1]", max_records_per_batch=60, trigger_ms=0, driver_memory="640m").over(
-        settings) == config.StreamSettings("local[1]", "640m", 60, 0)
+    assert StreamOptions(master="local[1]", max_records_per_batch=60, trigger_ms=0, driver_memory="640m",
+                         linger_ms=0).over(settings) == config.StreamSettings("local[1]", "640m", 60, 0, 0)
 
 
 def test_cluster_selection_rejects_an_unknown_alias() -> None:

@@ -3,6 +3,7 @@ on cue (records deleted while a range is read, a range of transaction markers on
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 
@@ -13,7 +14,7 @@ from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.rules.batch_plan import Range
 from mirrorflow.spark import copier
-from mirrorflow.spark.stream_writer import Gap, Run, WriterSpec
+from mirrorflow.spark.stream_writer import Gap, Run, Slice, WriterSpec
 from support.clusters import PORTS
 from support.streams import QUIET, create_topic
 
@@ -29,8 +30,8 @@ SLOW = {"fetch.max.bytes": 20_000, "message.max.bytes": 20_000, "max.partition.f
 @pytest.fixture
 def spec(local_clusters: config.MirrorConfig) -> Iterator[WriterSpec]:
     link = FlowLink.of(local_clusters, "alpha->beta")
-    made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in ("copier.gap", "copier.markers")}, upstream_next={},
-                         ends={}, downstream_next={},
+    topics = ("copier.gap", "copier.markers", "copier.linger")
+    made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in topics}, upstream_next={}, ends={}, downstream_next={},
                          source_consumer_settings={**link.settings("source", "consumer"), **SLOW})
     yield made
     copier._drop_reader(made.flow)
@@ -78,3 +79,35 @@ def test_a_range_of_transaction_markers_only_ends_at_once_on_a_kept_partition(sp
     began = time.monotonic()
     second = list(copier._runs(spec, [Range("copier.markers", 0, 10, 11)]))
     assert second == [] and time.monotonic() - began < 10  # kept (next offset 10), closed by the event: no stall
+
+
+def test_a_lingering_range_copies_what_arrives_past_its_end_until_the_deadline(spec: WriterSpec) -> None:
+    create_topic(ALPHA, "copier.linger", 1)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 0, **QUIET})
+    for i in range(100):
+        p.produce("copier.linger", b"before %d" % i, partition=0)
+    assert p.flush(30) == 0
+    lingering = dataclasses.replace(spec, linger_until=time.time() + 3.0)
+    parts = copier._runs(lingering, [Range("copier.linger", 0, 0, 50)])
+    read: list[int] = []
+    slices = 0
+    for _, part in parts:
+        if isinstance(part, Slice):
+            slices += 1
+        elif isinstance(part, Run):
+            read += part.offsets
+            if read[-1] == 99 and len(read) == 100:  # the backlog past the range's end, then records arriving
+                for i in range(20):
+                    p.produce("copier.linger", b"during %d" % i, partition=0)
+                assert p.flush(30) == 0
+    ended = time.time()
+    assert ended >= lingering.linger_until  # type: ignore[operator]
+    assert read == list(range(120)), read[-5:]
+    assert slices >= 1  # a Slice once it had read what there was
+    for i in range(5):
+        p.produce("copier.linger", b"after %d" % i, partition=0)
+    assert p.flush(30) == 0
+    # Past the deadline the next range is read to its end and no further (C1): it starts where the linger got to.
+    after = [o for _, r in copier._runs(spec, [Range("copier.linger", 0, 120, 123)]) if isinstance(r, Run)
+             for o in r.offsets]
+    assert after == [120, 121, 122]

@@ -146,10 +146,11 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
 def test_records_deleted_while_the_running_stream_is_behind_are_counted_exactly_and_the_rest_flows(
         stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
     # deleteRecords moves the log start as retention does (Kafka Streams purges its repartition topics so); batches
-    # of 100 records keep the running flow far behind the backlog while its unread part is deleted.
+    # of 100 records, not lingering, keep the running flow far behind the backlog while its unread part is deleted.
     cfg = tmp_path / "mirror.properties"
     cfg.write_text(config_text(("lapse", "kept"), (PORTS["alpha"], PORTS["beta"]), ["lapse->kept"],
-                               "topics = lapse\\..*\nmirrorflow.stream.max.records.per.batch = 100\n"))
+                               "topics = lapse\\..*\nmirrorflow.stream.max.records.per.batch = 100\n"
+                               "mirrorflow.stream.linger.ms = 0\n"))
     topic, other, total = "lapse.t", "lapse.other", 20_200
     remote, syncs = f"lapse.{topic}", offset_syncs.topic_name("lapse")
     create_topic(ALPHA, topic, 1)

@@ -75,6 +75,7 @@ _RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirro
 _LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
                              "FileSystemBasedCheckpointFileManager")
 _INITIAL_OFFSETS = "mirrorflow-initial-offsets.json"  # in the Spark checkpoint: its first batch's start (S1)
+_POSITIONS = "mirrorflow-positions.json"  # in the Spark checkpoint: where lingering batches got to (S4)
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
@@ -111,6 +112,7 @@ class StreamOptions:
     metrics_host: str | None = None
     max_records_per_batch: int | None = None
     trigger_ms: int | None = None
+    linger_ms: int | None = None
     log_interval_s: float = 10.0  # the status file's period
     quiet_log_interval_s: float = 300.0  # a progress line at least this often; sooner when its state changes
     driver_memory: str | None = None
@@ -120,7 +122,8 @@ class StreamOptions:
         return StreamSettings(self.master or settings.spark_master, self.driver_memory or settings.driver_memory,
                               settings.max_records_per_batch if self.max_records_per_batch is None
                               else self.max_records_per_batch,
-                              settings.trigger_ms if self.trigger_ms is None else self.trigger_ms)
+                              settings.trigger_ms if self.trigger_ms is None else self.trigger_ms,
+                              settings.linger_ms if self.linger_ms is None else self.linger_ms)
 
 
 def run(link: FlowLink, options: StreamOptions = StreamOptions()) -> None:
@@ -620,7 +623,7 @@ class _Driver:
             java_regex_to_python(self.pattern), self.link.reads_committed,
             slots=self.query_slots, max_records=self.settings.max_records_per_batch,
             starting=starting if starting in ("earliest", "latest") else json.loads(starting),
-            initial_path=str(self.checkpoint / _INITIAL_OFFSETS))
+            initial_path=str(self.checkpoint / _INITIAL_OFFSETS), positions_path=str(self.checkpoint / _POSITIONS))
         self.spark.dataSource.register(range_source.source_class(plan))
         # The checkpoint is a local directory: Spark's default manager renames through Hadoop's FileContext, which
         # runs `readlink` in a new process per file (about 50 ms for each of a batch's two log entries); a plain
@@ -701,14 +704,17 @@ class _Driver:
         self._recreated_check(ends, replicated)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
-        begins = {**self.upstream_next, **self._previous_ends(batch_id)}
+        begins = self._lingered({**self.upstream_next, **self._previous_ends(batch_id)})
         self._refuse_loss(ends, replicated, begins)
         # A stuck partition is written only by a batch that starts at its position (a query from a new checkpoint).
         paused = frozenset(tp for tp, s in list(self.stuck.items())
                            if s.paused or begins.get(tp, -1) != self.upstream_next.get(tp, -1))
+        # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
+        read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused)
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
-        slots = batch_plan.slot_ranges(self._batch_starts(batch_id), ends, self.query_slots)
+        slots = batch_plan.slot_ranges(self._lingered(self._batch_starts(batch_id)), ends, self.query_slots,
+                                       empty=spec.linger_until is not None)
         writing = time.monotonic()
         try:
             rows = (self.spark.sparkContext.range(len(slots), numSlices=len(slots))
@@ -747,6 +753,9 @@ class _Driver:
             if self.stuck.pop(tp, None) is not None:
                 self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
         self.writes.write(records)
+        if spec.linger_until is not None:  # range_source S4: the next batch is admitted from where this one got to
+            range_source.write_positions(self.checkpoint / _POSITIONS, {
+                tp: at for tp, end in ends.items() if (at := self.upstream_next.get(tp, end)) > end})
         self._record_digests(rows, begins, ends, quiet)
         self.first_batch_of_query = False
         self.previous_batch = (batch_id, ends)
@@ -757,8 +766,6 @@ class _Driver:
                             "one is counted as refused (status, metrics, audit)", self.flow.name, r["topic"],
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
-        # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
-        read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
         self.metrics.observe([r for r in rows if r["topic"] in flow_topics],
                              read_all=read < self.settings.max_records_per_batch)
         done = time.monotonic()
@@ -974,6 +981,7 @@ class _Driver:
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=local,
+            linger_until=time.time() + self.settings.linger_ms / 1000 if self.settings.linger_ms else None,
             batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
 
     def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
@@ -992,6 +1000,12 @@ class _Driver:
         spark_starts = (self._previous_ends(batch_id) if batch_id > 0 else
                         range_source.read_initial(self.checkpoint / _INITIAL_OFFSETS) or {})
         return {**{tp: p for tp, p in self.upstream_next.items() if p >= 0}, **spark_starts}
+
+    def _lingered(self, starts: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """`starts` moved up to the positions the previous batch's lingering tasks reached past its ends (copier
+        C6). Not for a query's first batch: positions reloaded from the offset syncs may be past a gap the driver
+        has not recorded yet (the writer skips what the target holds)."""
+        return dict(starts) if self.first_batch_of_query else batch_plan.resumed(starts, self.upstream_next)
 
     def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """The batch's end offsets, from the offset log Spark wrote before running it."""

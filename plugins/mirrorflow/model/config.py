@@ -92,6 +92,7 @@ class StreamSettings:
     driver_memory: str
     max_records_per_batch: int
     trigger_ms: int
+    linger_ms: int  # a batch's tasks read on past their ranges' ends for this long from its start (copier C6)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,8 @@ class Flow:
         return StreamSettings(self.value("mirrorflow.stream.spark.master").strip(),
                               self.value("mirrorflow.stream.driver.memory").strip(),
                               self.number("mirrorflow.stream.max.records.per.batch"),
-                              self.number("mirrorflow.stream.trigger.ms"))
+                              self.number("mirrorflow.stream.trigger.ms"),
+                              self.number("mirrorflow.stream.linger.ms"))
 
     @cached_property
     def topic_filter(self) -> NameFilter:

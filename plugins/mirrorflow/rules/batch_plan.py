@@ -25,6 +25,9 @@ Policy only, no I/O: the stream's source (spark/range_source) asks the clusters 
   P3  `slot_ranges` is a pure function of (start, end, slots): a batch replayed from the offset log after a
       crash is planned exactly as it was. Every partition with from < until lies in exactly one slot, and each
       slot's records are within one range of an even share.
+  P9  `resumed`: a batch reads each partition from Spark's start of it, or from the position a lingering task of
+      the batch before copied it to (spark/copier C6), whichever is further: never a record twice within a
+      query, never below Spark's start. A partition whose position is at or past the batch's end gets no range.
   P4  Offsets as JSON (`encode`) have their topics and partitions in sorted order: Spark compares them as text.
   P5  A backfill reads, per partition, the smallest range holding every offset of its request the target has no
       copy of (`uncovered_span`), and writes none of those it has (`uncovered`): offsets are written at most once.
@@ -112,21 +115,30 @@ def fills(start: Offsets, latest: Offsets, max_records: int | None) -> bool:
     return sum(max(0, latest[tp] - at) for tp, at in start.items() if tp in latest) >= max_records
 
 
-def slot_ranges(start: Offsets, end: Offsets, slots: int) -> list[list[Range]]:
+def slot_ranges(start: Offsets, end: Offsets, slots: int, empty: bool = False) -> list[list[Range]]:
     """The batch's ranges, one list per task slot in use (P3): the ranges in (topic, partition) order, cut into
     consecutive runs of about equal records (a range goes to the slot its middle record falls in), so that a
     partition stays with the same slot from batch to batch while the load is even; slots without a range are
-    left out."""
-    ranges = sorted((Range(tp[0], tp[1], start[tp], until) for tp, until in end.items()
-                     if tp in start and until > start[tp]), key=lambda r: (r.topic, r.partition))
+    left out. `empty`: a partition with no record in the batch (or whose start is past its end: P9) gets an empty
+    range at its start too, since a lingering batch reads on past its ranges' ends (spark/copier C6); each range
+    then weighs one record more."""
+    ranges = sorted((Range(tp[0], tp[1], start[tp], max(until, start[tp])) for tp, until in end.items()
+                     if tp in start and (until > start[tp] or empty)), key=lambda r: (r.topic, r.partition))
     n = max(1, slots)
-    total = sum(r.records for r in ranges)
+    extra = 1 if empty else 0
+    total = sum(r.records + extra for r in ranges)
     out: list[list[Range]] = [[] for _ in range(n)]
     before = 0
     for r in ranges:
-        out[min(n - 1, (2 * before + r.records) * n // (2 * total))].append(r)
-        before += r.records
+        out[min(n - 1, (2 * before + r.records + extra) * n // (2 * total))].append(r)
+        before += r.records + extra
     return [rs for rs in out if rs]
+
+
+def resumed(start: Offsets, positions: Offsets) -> dict[TopicPartition, int]:
+    """P9: each partition of `start` at the later of its start and its position (a partition of `positions` only
+    gets none)."""
+    return {tp: max(at, positions.get(tp, at)) for tp, at in start.items()}
 
 
 def encode(offsets: Offsets) -> dict[str, dict[str, int]]:

@@ -19,6 +19,12 @@ one summary row per source partition. No record crosses into the JVM.
       its new range starts, and assigns every other one afresh at its range's start.
   C5  An end-of-partition event at or past a range's end closes it: every record below was dequeued (a range of
       transaction markers only has no record to wait for).
+  C6  A batch that lingers (`spec.linger_until`, a wall-clock deadline) reads every partition of its ranges on
+      past the range's end until the deadline, so that records arriving meanwhile are copied without waiting for
+      the next batch; at the deadline each partition ends where it got to, or at its range's end if that is
+      further (C1 from there on). The summary's `upstream_next` says how far it got; the driver starts the
+      partition's next range there. While lingering, a task that has read its ranges and what there is makes its
+      copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
 while a task reads, a partition is parked (unassigned, its held records and position kept) once HELD_MAX records are
 held past the ranges' ends, and assigned again at its position when the task has read its ranges.
@@ -40,13 +46,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from mirrorflow.errors import MirrorError
 from mirrorflow.rules import record_digest
 from mirrorflow.rules.batch_plan import Range
-from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, WriterSpec, mirror_runs, writer_seat
+from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, Slice, WriterSpec, mirror_runs, writer_seat
 
 log = logging.getLogger(__name__)
 
 STALL_S = 120.0  # as long as Spark's Kafka source waits for a poll (spark.network.timeout)
 _CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at once
 _CONSUME_WAIT_S = 0.01  # consume() waits this long to fill its batch: a nearly-done range must not wait
+_NO_PARTITION = ("", -1)  # a Slice's: it is the task's
+_OPEN = 2**63 - 1  # a lingering partition's end: none yet (C6)
+SLICE_S = 0.05  # C6: a lingering task that has read what there is makes its copies visible at least this often
 _LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0  # new topics asked for one by one, more in one request for all
 
 # Tuning the source's `consumer.*` settings may change; C1-C2 rest on the fixed ones.
@@ -242,11 +251,15 @@ def _drop_reader(flow: str) -> None:
             reader.consumer.close()
 
 
-def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, int], Run | PassedOver | Gap]]:
+def _runs(spec: WriterSpec, ranges: list[Range]
+          ) -> Iterator[tuple[tuple[str, int], Run | PassedOver | Gap | Slice]]:
     """The task's records as runs per partition, in offset order within each partition (C1-C4)."""
     read: dict[tuple[str, int], Range] = {}
+    lingering = spec.linger_until is not None and time.time() < spec.linger_until
     for r in ranges:
         tp = (r.topic, r.partition)
+        if r.records == 0 and not (lingering and r.topic in spec.remote and tp not in spec.paused):
+            continue  # an empty range is only a partition to linger on (C6)
         if r.topic in spec.remote and tp not in spec.paused:
             read[tp] = r
         else:
@@ -266,17 +279,34 @@ def _runs(spec: WriterSpec, ranges: list[Range]) -> Iterator[tuple[tuple[str, in
 
 
 def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Range]
-          ) -> Iterator[tuple[tuple[str, int], Run | Gap]]:
-    until = {tp: r.until_offset for tp, r in read.items()}
+          ) -> Iterator[tuple[tuple[str, int], Run | Gap | Slice]]:
+    planned = {tp: r.until_offset for tp, r in read.items()}
+    # C6: until the batch's linger deadline every partition reads on past its range's end
+    lingering = spec.linger_until is not None and time.time() < spec.linger_until
+    until = dict.fromkeys(planned, _OPEN) if lingering else dict(planned)
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)
     progress = time.monotonic()
     consumer, position, eof = reader.consumer, reader.position, reader.eof
     messages = reader.take_held(list(read))
     first = True
+    sliced, unsliced = time.monotonic(), False  # C6: when the last Slice was, and whether records came since
+
+    def past_ranges() -> bool:
+        return all(position.get(tp, -1) >= planned[tp] or eof.get(tp, -1) >= planned[tp] for tp in open_)
+
     while open_:
+        if lingering and time.time() >= spec.linger_until:  # type: ignore[operator]
+            lingering = False
+            for tp in open_:  # C6: each partition ends where it got to, and no sooner than its range
+                until[tp] = max(planned[tp], position.get(tp, planned[tp]))
+            open_.difference_update([tp for tp in list(open_) if position.get(tp, -1) >= until[tp]
+                                     or eof.get(tp, -1) >= until[tp]])
+            if not open_:
+                break
         if not messages and not first:
             messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
+        caught_up = len(messages) < _CONSUME_MAX
         runs: dict[tuple[str, int], tuple[list[Message], list[int]]] = {}  # records and their offsets
         failed: set[tuple[str, int]] = set()
         gaps: list[tuple[tuple[str, int], Gap]] = []
@@ -312,6 +342,8 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
             first = False
         messages = []
         reader.release(sorted(failed))
+        if not runs and time.monotonic() - progress > STALL_S and lingering and past_ranges():
+            progress = time.monotonic()  # lingering past every range's end: waiting for records is no stall
         if not runs and time.monotonic() - progress > STALL_S:
             waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
             raise RuntimeError(f"flow {spec.flow}: no record of {spec.source} partition(s) {waiting} within "
@@ -321,6 +353,10 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         yield from gaps
         if runs:
             progress = time.monotonic()  # after the writer took them: its waits are not the source's
+            unsliced = True
+        if lingering and unsliced and caught_up and time.monotonic() - sliced >= SLICE_S and past_ranges():
+            yield _NO_PARTITION, Slice()
+            sliced, unsliced = time.monotonic(), False
 
 
 def _chunks(messages: list[Message]) -> Iterator[tuple[tuple[str, int], list[Message]]]:

@@ -17,6 +17,10 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
       the query: the stream waits out a link cut, and resumes when the source answers.
   S3  A topic leaves the offsets only when two metadata answers in a row lack it; a new partition joins them only
       once its log start is known.
+  S4  A batch is admitted from where the copy got to: the positions a lingering batch reached past its end offsets
+      (spark/copier C6), which the driver keeps beside the checkpoint (`positions_path`), are its start
+      (batch_plan P9), so Spark's offsets follow the copy instead of falling behind it. A file missing or
+      unreadable plans from Spark's start, as before.
 
 Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
 The plan holds the source's admin settings (secrets: never printed); the reader opens its admin client lazily.
@@ -68,6 +72,7 @@ class SourcePlan:
     # Where a new checkpoint starts: "earliest", "latest", or {topic: {partition: offset}} (-2 earliest, -1 latest)
     starting: str | Mapping[str, Mapping[str, int]]
     initial_path: str | None = None  # S1: the first batch's start, as resolved
+    positions_path: str | None = None  # S4: the positions lingering batches reached, kept by the driver
 
 
 @dataclass(frozen=True)
@@ -194,7 +199,7 @@ class RangeReader(DataSourceStreamReader):
         return ahead.result()
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
-        begun = batch_plan.decode(start)
+        begun = batch_plan.resumed(batch_plan.decode(start), read_positions(self.plan.positions_path))
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
             counted, answered, deleted_to = self._read_ahead_answers()
@@ -244,6 +249,24 @@ class RangeReader(DataSourceStreamReader):
     def stop(self) -> None:
         if self._reading is not None:
             self._reading.shutdown(wait=False, cancel_futures=True)
+
+
+def read_positions(path: str | Path | None) -> dict[tuple[str, int], int]:
+    """S4: the positions lingering batches reached past their ends, as the driver last wrote them ({} if none)."""
+    if path is None:
+        return {}
+    try:
+        return batch_plan.decode(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return {}
+
+
+def write_positions(path: str | Path, positions: Mapping[tuple[str, int], int]) -> None:
+    """The driver's side of S4: replaced whole (a reader sees the old file or the new one)."""
+    target = Path(path)
+    staged = target.with_suffix(f".{os.getpid()}")
+    staged.write_text(json.dumps(batch_plan.encode(positions)))
+    staged.replace(target)
 
 
 def read_initial(path: str | Path | None) -> dict[tuple[str, int], int] | None:

@@ -128,6 +128,8 @@ class WriterSpec:
     # A backfill's: per source partition, the offsets the target holds a copy of ([from, until) intervals,
     # ascending): skipped, never written again (batch_plan P5). Bound: the ranges' copied stretches.
     copied: Mapping[TopicPartition, tuple[tuple[int, int], ...]] = field(default_factory=dict)
+    # The stream's: until when (time.time()) its tasks read on past their ranges' ends (copier C6); None: not at all.
+    linger_until: float | None = None
 
     @classmethod
     def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
@@ -174,7 +176,13 @@ class PassedOver:
     until_offset: int
 
 
-def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap]]
+@dataclass(frozen=True)
+class Slice:
+    """A lingering task's point to make what it wrote so far visible (copier C6): transactional, its transaction
+    commits there with the offset syncs of its partitions' positions, and a new one begins."""
+
+
+def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap | Slice]]
                 ) -> Iterator[dict[str, Any]]:
     """Mirror a task's runs of records (a partition's runs in offset order), then yield one summary row per source
     partition."""
@@ -186,6 +194,10 @@ def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | Pas
     syncs: list[tuple[Producer, bool]] = []  # fence_syncs: the slot's producer for the offset syncs, and whether kept
     try:
         for tp, part in runs:
+            if isinstance(part, Slice):
+                if producer is not None and spec.transactional and not halted[0]:
+                    _commit_slice(spec, producer, list(writes.values()))
+                continue
             write = writes.get(tp)
             if write is None:
                 if producer is None:  # a task without records (fewer source partitions than tasks) has none
@@ -272,6 +284,20 @@ def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
         _confirm_lease(spec)
         syncs_producer.commit_transaction(60)
     return [summary.row() for summary in summaries]
+
+
+def _commit_slice(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite]) -> None:
+    """Transactional, at a Slice: every write acknowledged, then the positions reached so far recorded and the
+    transaction committed, and the next begun. A slice with a record the target did not take commits nothing: the
+    task's end settles it (its partitions stuck, or the transaction aborted)."""
+    _flush(producer, spec, writes)
+    if any(w.failures or len(w.acked) != w.reports for w in writes):
+        return
+    for w in writes:
+        w.record_syncs(whole=False)
+    _confirm_lease(spec)
+    producer.commit_transaction()
+    producer.begin_transaction()
 
 
 def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
@@ -411,6 +437,7 @@ class _PartitionWrite:
         self.failures: list[tuple[KafkaError, int, int, int]] = []
         self.header_bytes: dict[int, int] = {}  # write index -> header bytes, for records of _LARGE_RECORD_BYTES
         self.sync_failures: list[str] = []  # the partition's offset-sync records the target did not take
+        self.synced = 0  # records written when its position was last recorded (a Slice's)
 
     def _delivered(self, err: KafkaError | None, msg: Any, index: int | None = None) -> None:
         """A delivery report: of the record at write `index`, or (exact) of the next one in write order."""
@@ -550,11 +577,13 @@ class _PartitionWrite:
     def has_syncs(self) -> bool:
         return self.remote is not None and self.tp not in self.spec.unsynced and self.summary.upstream_next >= 0
 
-    def record_syncs(self, producer: Producer | None = None) -> None:
+    def record_syncs(self, producer: Producer | None = None, whole: bool = True) -> None:
         """Once every record is acknowledged: the partition's position (transactional: in the task's transaction),
-        through `producer` if given (a transactional one for an idempotent write's syncs)."""
-        if self.remote is None:
+        through `producer` if given (a transactional one for an idempotent write's syncs). `whole`: the task read
+        the partition's range to its end (not a Slice's position: only as far as its last record)."""
+        if self.remote is None or (not whole and self.synced == len(self.written)):
             return
+        self.synced = len(self.written)
         written, acked = self.written, self.acked
         firsts = self.summary.target_firsts
         for index in sorted(acked):  # the first copy of each cell is reported (in exact mode, every one)
@@ -563,7 +592,7 @@ class _PartitionWrite:
             _confirm_lease(self.spec)
             ends = ((written[0], acked[0]), (written[-1], acked[len(written) - 1])) if written else None
             _record_syncs(self.spec, producer or self.producer, self.tp, self.summary, ends, self._sync_delivered,
-                          self.downstream_next)
+                          self.downstream_next, whole)
 
     def stuck(self, err: KafkaError, causes: list[int]) -> _Summary:
         """Nothing of the partition's batch counts: no offset syncs (idempotent: what landed is written again
@@ -633,13 +662,14 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
 
 def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summary: _Summary,
                   ends: tuple[tuple[int, int], tuple[int, int]] | None,
-                  delivered: Callable[[KafkaError | None, Any], None], previous: int) -> None:
+                  delivered: Callable[[KafkaError | None, Any], None], previous: int, whole: bool = True) -> None:
     """`ends`: (upstream, downstream) of the first and the last record the task wrote, if any; `previous`: where
-    the partition's next record was to land (its position's downstream_next, or -1)."""
+    the partition's next record was to land (its position's downstream_next, or -1); `whole`: the range was read
+    to its end."""
     if summary.upstream_next < 0:
         return
-    # Transaction markers and aborted records after the last visible record are read too.
-    summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
+    if whole:  # transaction markers and aborted records after the last visible record are read too
+        summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
     if ends and ends[0][1] < previous:
         # Not fatal, and before any offset sync moves backwards: the restarted query's first batch holds the topic.
         raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: copies landed at {ends[0][1]}, below the flow's next "

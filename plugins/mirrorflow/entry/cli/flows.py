@@ -35,6 +35,9 @@ def add(sub: Any) -> None:
                         "mirrorflow.stream.max.records.per.batch, 100000)")
     p.add_argument("--trigger-ms", type=_at_least_0, metavar="MS",
                    help="micro-batch interval when idle (default: the flow's mirrorflow.stream.trigger.ms, 100)")
+    p.add_argument("--linger-ms", type=_at_least_0, metavar="MS",
+                   help="how long a micro-batch goes on copying what arrives, from its start (default: the flow's "
+                        "mirrorflow.stream.linger.ms, 1500; 0: a batch copies its planned ranges only)")
     p.add_argument("--driver-memory", help="Spark driver heap (default: the flow's mirrorflow.stream.driver.memory, "
                    "1g)")
     p.set_defaults(run=cmd_stream)
@@ -93,7 +96,8 @@ def cmd_stream(args: argparse.Namespace) -> int:
     options = stream.StreamOptions(
         master=args.master, checkpoint=Path(args.checkpoint) if args.checkpoint else None,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
-        max_records_per_batch=args.max_records_per_batch, trigger_ms=args.trigger_ms, driver_memory=args.driver_memory)
+        max_records_per_batch=args.max_records_per_batch, trigger_ms=args.trigger_ms, linger_ms=args.linger_ms,
+        driver_memory=args.driver_memory)
     stream.run(FlowLink.of(cfg, args.flow), options)
     return 0
 

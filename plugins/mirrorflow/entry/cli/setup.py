@@ -101,7 +101,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     streams = [f"{f.name} stream: master {f.stream.spark_master}"
                f"{'' if f.given('mirrorflow.stream.spark.master') else by_connection}"
                f", driver memory {f.stream.driver_memory}, at most {f.stream.max_records_per_batch:,} records per "
-               f"batch, trigger {f.stream.trigger_ms} ms" for f in cfg.enabled_flows]
+               f"batch, trigger {f.stream.trigger_ms} ms, linger {f.stream.linger_ms} ms" for f in cfg.enabled_flows]
     show(describe(cfg), args.json,
            "\n".join([f"{cfg.source}: valid: {len(cfg.clusters)} clusters ({', '.join(cfg.clusters)}); "
                       f"enabled flows: {flows}", *streams, *cfg.not_used]))
