@@ -7,7 +7,8 @@ from one micro-batch to the next) and hands runs of records to the stream writer
 one summary row per source partition. No record crosses into the JVM.
 
   C1  A range is read from `from` to `until` (exclusive) and no further: records at or past `until` are held
-      for the next batch (C4), never handed to the writer of this one.
+      for the next batch (C4), never handed to the writer of this one; a lingering batch's `until` is where its
+      deadline found the partition (C6).
   C2  Records below the partition's log start are gone: the read goes on at the log start; `auto.offset.reset =
       error` makes librdkafka say so instead of jumping to the end. A gap at a range's start shows in the run's
       first offset, one inside a range (retention while it is read) as a Gap in the summary: the driver records

@@ -8,7 +8,8 @@ the offset syncs (with the batch's first record, so a reader sees a replay at on
 summaries into anchors. It yields one summary row per source partition for the driver's progress and metrics.
 
 Delivery (`spec.transactional`: exactly-once, and at-least-once unless `mirrorflow.records.fenced = false`):
-  transactional  a task's records and its partitions' offset syncs are committed in one transaction.
+  transactional  a task's records and its partitions' offset syncs are committed in one transaction (one per
+                 Slice while the task lingers: copier C6).
   idempotent     idempotent producer, acks=all; syncs are written only after the data is acknowledged, and
                  commit in a transaction of the task slot's id (below), which fences them (flow_lease, W4).
 The stream's transactional producers: one per task slot (`transactional.id` derived from the flow and the task's
