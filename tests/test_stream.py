@@ -1,6 +1,7 @@
 """The mirror stream against real brokers and real Spark: fidelity, discovery, outages, crashes (at-least-once).
 
-One stream process (flow alpha->beta, topics m1.*) runs for the module; the tests run in file order.
+One stream process (flow alpha->beta, topics m1.*) runs for the module; the tests run in file order. The last one
+runs a stream of its own, lingering.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -42,6 +44,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
 METRICS_PORT = 25464
+LINGER_METRICS_PORT = 25467
 
 
 @pytest.fixture(scope="module")
@@ -218,3 +221,45 @@ def test_kill_9_at_random_points_loses_nothing(mirror: StreamProcess) -> None:
 def test_a_graceful_stop_exits_zero(mirror: StreamProcess) -> None:
     assert mirror.stop() == 0, mirror.output()[-2000:]
     assert "Traceback" not in mirror.output()
+
+
+def test_records_arriving_while_a_batch_lingers_are_copied_and_committed_by_that_batch(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("dwell", "dwelt"), (PORTS["alpha"], PORTS["beta"]), ["dwell->dwelt"],
+                               "dwell->dwelt.topics = dwell\\..*\nmirrorflow.stream.linger.ms = 30000\n"))
+    create_topic(ALPHA, "dwell.t", 2)
+    stream = StreamProcess(cfg, "dwell->dwelt", tmp_path / "stream")
+    stream.start("--metrics-port", str(LINGER_METRICS_PORT))
+
+    def committed() -> int:
+        counts = end_offsets(BETA, "dwell.dwell.t")
+        return sum(len(read_partition(BETA, "dwell.dwell.t", n, committed=True, timeout=10))
+                   for n in range(2)) if counts else 0
+
+    def batches() -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{LINGER_METRICS_PORT}/status", timeout=10) as answer:
+            [status] = json.loads(answer.read())
+        return int(status["batches"])
+
+    try:
+        p = producer(ALPHA)
+        p.produce("dwell.t", b"first", partition=0)
+        assert p.flush(30) == 0
+        wait_for(lambda: committed() == 1, 240, "the first record", stream)
+        before = batches()
+        for i in range(3):  # partition 1 had no record when the batch began: it lingers on an empty range
+            sent = time.monotonic()
+            p.produce("dwell.t", b"later %d" % i, partition=(i + 1) % 2)
+            assert p.flush(30) == 0
+            wait_for(lambda want=2 + i: committed() == want, 30, f"record {i} under read_committed", stream)
+            assert time.monotonic() - sent < 5
+            time.sleep(1.5)
+        # Without lingering each record would have needed a batch of its own; a batch boundary may fall in between.
+        assert batches() - before <= 1
+        values = sorted(m.value() for n in range(2) for m in read_partition(BETA, "dwell.dwell.t", n, committed=True))
+        assert values == [b"first", b"later 0", b"later 1", b"later 2"]
+        assert stream.stop() == 0
+    finally:
+        if stream.proc is not None and stream.proc.poll() is None:
+            stream.stop()
