@@ -291,7 +291,9 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
     consumer, position, eof = reader.consumer, reader.position, reader.eof
     messages = reader.take_held(list(read))
     first = True
-    sliced, unsliced = time.monotonic(), False  # C6: when the last Slice was, and whether records came since
+    # C6: when the last Slice was (none yet: what arrived between two batches is committed as soon as it is read),
+    # and whether records came since
+    sliced, unsliced = float("-inf"), False
 
     def past_ranges() -> bool:
         return all(position.get(tp, -1) >= planned[tp] or eof.get(tp, -1) >= planned[tp] for tp in open_)
