@@ -256,7 +256,7 @@ def _runs(spec: WriterSpec, ranges: list[Range]
           ) -> Iterator[tuple[tuple[str, int], Run | PassedOver | Gap | Slice]]:
     """The task's records as runs per partition, in offset order within each partition (C1-C4)."""
     read: dict[tuple[str, int], Range] = {}
-    lingering = spec.linger_until is not None and time.time() < spec.linger_until
+    lingering = spec.lingers()
     for r in ranges:
         tp = (r.topic, r.partition)
         if r.records == 0 and not (lingering and r.topic in spec.remote and tp not in spec.paused):
@@ -283,7 +283,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
           ) -> Iterator[tuple[tuple[str, int], Run | Gap | Slice]]:
     planned = {tp: r.until_offset for tp, r in read.items()}
     # C6: until the batch's linger deadline every partition reads on past its range's end
-    lingering = spec.linger_until is not None and time.time() < spec.linger_until
+    lingering = spec.lingers()
     until = dict.fromkeys(planned, _OPEN) if lingering else dict(planned)
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)

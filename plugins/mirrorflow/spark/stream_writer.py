@@ -132,6 +132,10 @@ class WriterSpec:
     # The stream's: until when (time.time()) its tasks read on past their ranges' ends (copier C6); None: not at all.
     linger_until: float | None = None
 
+    def lingers(self) -> bool:
+        """Whether its tasks still read on past their ranges' ends (copier C6): a deadline not passed yet."""
+        return self.linger_until is not None and time.time() < self.linger_until
+
     @classmethod
     def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
         """The spec of a write for the link's flow: the link's part (clusters, settings, the offset-syncs topic,
