@@ -54,12 +54,12 @@ def test_validate_prints_each_enabled_flows_stream_settings(tmp_path: Path) -> N
     cfg = tmp_path / "c.properties"
     cfg.write_text("clusters = A, B\nA.bootstrap.servers = a:1\nB.bootstrap.servers = b:1\nA->B.enabled = true\n"
                    "B->A.enabled = true\nmirrorflow.stream.trigger.ms = 250\n"
-                   "B->A.mirrorflow.stream.spark.master = yarn\nB->A.mirrorflow.stream.linger.ms = 1500\n")
+                   "B->A.mirrorflow.stream.spark.master = yarn\nB->A.mirrorflow.stream.linger.ms = 0\n")
     lines = run("--config", str(cfg), "validate").stdout.splitlines()
     assert lines[1:3] == [
         "A->B stream: master local[*] (the stream DAG: connection mirrorflow_spark), driver memory 1g, at most "
-        "100,000 records per batch, trigger 250 ms, linger 0 ms",
-        "B->A stream: master yarn, driver memory 1g, at most 100,000 records per batch, trigger 250 ms, linger 1500 ms"]
+        "100,000 records per batch, trigger 250 ms, linger 1500 ms",
+        "B->A stream: master yarn, driver memory 1g, at most 100,000 records per batch, trigger 250 ms, linger 0 ms"]
 
 
 def test_bad_config_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:

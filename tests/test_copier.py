@@ -30,7 +30,7 @@ SLOW = {"fetch.max.bytes": 20_000, "message.max.bytes": 20_000, "max.partition.f
 @pytest.fixture
 def spec(local_clusters: config.MirrorConfig) -> Iterator[WriterSpec]:
     link = FlowLink.of(local_clusters, "alpha->beta")
-    topics = ("copier.gap", "copier.markers", "copier.linger")
+    topics = ("copier.gap", "copier.markers", "copier.linger", "copier.held", "copier.behind")
     made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in topics}, upstream_next={}, ends={}, downstream_next={},
                          source_consumer_settings={**link.settings("source", "consumer"), **SLOW})
     yield made
@@ -111,3 +111,48 @@ def test_a_lingering_range_copies_what_arrives_past_its_end_until_the_deadline(s
     after = [o for _, r in copier._runs(spec, [Range("copier.linger", 0, 120, 123)]) if isinstance(r, Run)
              for o in r.offsets]
     assert after == [120, 121, 122]
+
+
+def test_a_worker_holds_no_more_past_its_ranges_than_its_prefetch_queue_and_reads_released_partitions_afresh(
+        spec: WriterSpec) -> None:
+    create_topic(ALPHA, "copier.held", 4)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 20, **QUIET})
+    for partition in range(4):
+        for i in range(2_000):
+            p.produce("copier.held", b"%099d" % i, partition=partition)  # 100 bytes, 655 of them in 64 KiB
+    assert p.flush(30) == 0
+    # Short ranges on a long partition 0 range: the others' prefetched records pile up past their ends meanwhile.
+    first = [Range("copier.held", 0, 0, 2_000), *(Range("copier.held", q, 0, 10) for q in (1, 2, 3))]
+    read: dict[int, list[int]] = {q: [] for q in range(4)}
+    for tp, part in copier._runs(spec, first):
+        if isinstance(part, Run):
+            read[tp[1]] += part.offsets
+    reader = copier._READERS[spec.flow]
+    assert reader.held_bytes <= 64 * 1024  # SLOW's queued.max.messages.kbytes
+    assert len(reader.position) < 4  # some partition was released
+    assert reader.held_bytes == sum(len(m) for held, _ in reader.held.values() for m in held)
+    assert read == {0: list(range(2_000)), **{q: list(range(10)) for q in (1, 2, 3)}}
+    # Held or released, each partition's next range is read from its start, whole and in order.
+    second = [Range("copier.held", q, 10, 2_000) for q in (1, 2, 3)]
+    read = {q: [] for q in (1, 2, 3)}
+    for tp, part in copier._runs(spec, second):
+        if isinstance(part, Run):
+            read[tp[1]] += part.offsets
+    assert read == {q: list(range(10, 2_000)) for q in (1, 2, 3)}
+
+
+def test_a_lingering_task_of_a_full_batch_reads_on_to_the_partitions_end_and_waits_for_no_record(
+        spec: WriterSpec) -> None:
+    create_topic(ALPHA, "copier.behind", 2)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 5, **QUIET})
+    for i in range(300):
+        p.produce("copier.behind", b"b%d" % i, partition=i % 2)
+    assert p.flush(30) == 0
+    behind = dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=True)
+    began = time.monotonic()
+    read: dict[int, list[int]] = {0: [], 1: []}
+    for tp, part in copier._runs(behind, [Range("copier.behind", 0, 0, 50), Range("copier.behind", 1, 0, 150)]):
+        if isinstance(part, Run):
+            read[tp[1]] += part.offsets
+    assert time.monotonic() - began < 20  # not the minute it could linger
+    assert read == {0: list(range(150)), 1: list(range(150))}

@@ -95,9 +95,8 @@ FLOW_KEYS: tuple[Key, ...] = (
     # Records per micro-batch at most (admission control), and the micro-batch interval when idle.
     Key("mirrorflow.stream.max.records.per.batch", "int", "100000"),
     Key("mirrorflow.stream.trigger.ms", "int", "100"),
-    # How long a micro-batch's tasks go on copying what arrives past the batch's end offsets, from its start. Off by
-    # default until its memory over many partitions is bounded (README, *Linger*).
-    Key("mirrorflow.stream.linger.ms", "int", "0"),
+    # How long a micro-batch's tasks go on copying what arrives past the batch's end offsets, from its start.
+    Key("mirrorflow.stream.linger.ms", "int", "1500"),
     # The scheduled health check (task `health` of DAG mirrorflow_flow__A_to_B, at least every `.interval.seconds`)
     # fails, so that Airflow's failure alerts fire, when a flow requested running has had no stream for
     # `.grace.seconds` (its stream DAG relaunches a dead one within a minute) or is more than `.lag.max.seconds`

@@ -20,15 +20,18 @@ one summary row per source partition. No record crosses into the JVM.
       its new range starts, and assigns every other one afresh at its range's start.
   C5  An end-of-partition event at or past a range's end closes it: every record below was dequeued (a range of
       transaction markers only has no record to wait for).
-  C6  A batch that lingers (`spec.linger_until`, a wall-clock deadline) reads every partition of its ranges on
-      past the range's end until the deadline, so that records arriving meanwhile are copied without waiting for
-      the next batch; at the deadline each partition ends where it got to, or at its range's end if that is
-      further (C1 from there on). The summary's `upstream_next` says how far it got; the driver starts the
-      partition's next range there. While lingering, a task that has read its ranges and what there is makes its
-      copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them.
+  C6  A batch that lingers (`spec.linger_until`, a wall-clock deadline) reads its ranges to their ends, then,
+      until the deadline, every one of its partitions on past it, so that records arriving meanwhile are copied
+      without waiting for the next batch; at the deadline each partition ends where it got to (C1 from there on).
+      A task still short of its ranges' ends at the deadline reads them to their ends and no further; a task of a
+      full batch (`spec.behind`) reads on only as far as each partition's end as it finds it, waiting for none. The
+      summary's `upstream_next` says how far it got; the driver starts the partition's next range there. While
+      lingering, a task makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read
+      them.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
-while a task reads, a partition is parked (unassigned, its held records and position kept) once HELD_MAX records are
-held past the ranges' ends, and assigned again at its position when the task has read its ranges.
+records dequeued past the ranges' ends are held up to as many bytes as that queue may take: a partition whose
+records would take the worker past that is released (unassigned, what it held dropped), and the task that next reads
+it assigns it afresh at its range's start.
 """
 
 from __future__ import annotations
@@ -72,7 +75,6 @@ _CONSUMER_FIXED = {"enable.auto.commit": False, "enable.auto.offset.store": Fals
 _CONSUMER_DROPPED = {"group.id", "group.instance.id", "isolation.level", "partition.assignment.strategy"}
 
 _READERS: dict[str, _Reader] = {}  # flow -> this worker's reader (bound: the flows this worker copies)
-HELD_MAX = 20_000  # records a worker holds past its ranges' ends, all partitions together
 cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses reach the driver: consumer_inits)
 
 
@@ -147,17 +149,16 @@ class _Reader:
     """A worker's source consumer and what it keeps between tasks (C4): the partitions it read stay assigned, so
     that a next batch continuing a partition finds its records fetched already."""
 
-    def __init__(self, consumer: Consumer, epoch: int, fetch_wait_ms: int) -> None:
+    def __init__(self, consumer: Consumer, epoch: int, fetch_wait_ms: int, held_max_bytes: int) -> None:
         self.consumer = consumer
         self.epoch = epoch  # the driver's fencing it serves: a new query (restart, new checkpoint) starts afresh
         self.fetch_wait_ms = fetch_wait_ms
         # Bound: the partitions of this worker's last ranges. Each one's offset after the last record dequeued.
         self.position: dict[tuple[str, int], int] = {}
-        self.held: dict[tuple[str, int], list[Message]] = {}  # dequeued past a range's end; bound: HELD_MAX in all
-        self.held_count = 0
-        # Unassigned while the task reads, to bound what it holds (not paused: librdkafka's fetcher noticed a resume
-        # only on its next wake-up, up to about 800 ms later when every partition was paused; an assignment at once).
-        self.parked: set[tuple[str, int]] = set()
+        # Dequeued past a range's end, and their values' bytes. Bound: held_max_bytes in all.
+        self.held: dict[tuple[str, int], tuple[list[Message], int]] = {}
+        self.held_bytes = 0
+        self.held_max_bytes = held_max_bytes
         # Each assigned partition's end as its last end-of-partition event said: every record below it was
         # dequeued. An event is sent once per end, so it is kept for a next range of only markers (C5).
         self.eof: dict[tuple[str, int], int] = {}
@@ -165,7 +166,7 @@ class _Reader:
 
     def next_offset(self, tp: tuple[str, int]) -> int:
         held = self.held.get(tp)
-        return held[0].offset() if held else self.position[tp]  # type: ignore[return-value]
+        return held[0][0].offset() if held else self.position[tp]  # type: ignore[return-value]
 
     def prepare(self, read: Mapping[tuple[str, int], Range]) -> None:
         """Keep the partitions whose next record is where their range starts; assign the others there."""
@@ -196,37 +197,32 @@ class _Reader:
     def release(self, tps: list[tuple[str, int]]) -> None:
         if not tps:
             return
-        assigned = [TopicPartition(*tp) for tp in tps if tp not in self.parked]
-        self.parked.difference_update(tps)
-        if assigned:
-            self.consumer.incremental_unassign(assigned)
+        self.consumer.incremental_unassign([TopicPartition(*tp) for tp in tps])
         for tp in tps:
             self.position.pop(tp, None)
             self.eof.pop(tp, None)
-            self.held_count -= len(self.held.pop(tp, ()))
+            self.held_bytes -= self.held.pop(tp, ((), 0))[1]
 
     def take_held(self, tps: list[tuple[str, int]]) -> list[Message]:
         out: list[Message] = []
         for tp in tps:
-            held = self.held.pop(tp, [])
-            self.held_count -= len(held)
+            held, size = self.held.pop(tp, ([], 0))
+            self.held_bytes -= size
             out += held
         return out
 
     def hold(self, tp: tuple[str, int], ms: list[Message]) -> None:
-        self.held.setdefault(tp, []).extend(ms)
-        self.held_count += len(ms)
-        if self.held_count >= HELD_MAX and tp not in self.parked:
-            self.consumer.incremental_unassign([TopicPartition(*tp)])
-            self.parked.add(tp)
-
-    def unpark(self) -> None:
-        """Assign the parked partitions again where their held records end: their fetches refill the prefetch queue
-        while the writer settles and between batches."""
-        if self.parked:
-            self.consumer.incremental_assign([TopicPartition(t, p, self.position[(t, p)])
-                                              for t, p in sorted(self.parked)])
-            self.parked.clear()
+        """Keep records past a range's end for the next batch (C4), unless they would take the worker past
+        held_max_bytes: then the partition is released. Parking it instead (unassigned, position kept) did not bound
+        them: what librdkafka had queued for it still came, 778,000 records held in one task over 1,200 partitions."""
+        size = sum(map(len, ms))
+        if self.held_bytes + size > self.held_max_bytes:
+            self.release([tp])
+            return
+        held, before = self.held.get(tp, ([], 0))
+        held.extend(ms)
+        self.held[tp] = held, before + size
+        self.held_bytes += size
 
 
 def _reader(spec: WriterSpec, partitions: int) -> _Reader:
@@ -239,7 +235,8 @@ def _reader(spec: WriterSpec, partitions: int) -> _Reader:
         reader = None
     if reader is None:
         cache_stats["misses"] += 1
-        reader = _READERS[spec.flow] = _Reader(Consumer(config), spec.fenced, wait)
+        held_max_bytes = int(config["queued.max.messages.kbytes"]) * 1024  # as much as librdkafka's queue takes
+        reader = _READERS[spec.flow] = _Reader(Consumer(config), spec.fenced, wait, held_max_bytes)
     else:
         cache_stats["hits"] += 1
     return reader
@@ -272,7 +269,6 @@ def _runs(spec: WriterSpec, ranges: list[Range]
     try:
         reader.prepare(read)
         yield from _read(spec, reader, read)
-        reader.unpark()
         clean = True
     finally:
         if not clean:
@@ -282,9 +278,10 @@ def _runs(spec: WriterSpec, ranges: list[Range]
 def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Range]
           ) -> Iterator[tuple[tuple[str, int], Run | Gap | Slice]]:
     planned = {tp: r.until_offset for tp, r in read.items()}
-    # C6: until the batch's linger deadline every partition reads on past its range's end
+    until = dict(planned)
+    # C6: once every range is read to its end, until the batch's linger deadline each partition reads on past it
     lingering = spec.lingers()
-    until = dict.fromkeys(planned, _OPEN) if lingering else dict(planned)
+    opened = False
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)
     progress = time.monotonic()
@@ -295,18 +292,23 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
     # and whether records came since
     sliced, unsliced = float("-inf"), False
 
-    def past_ranges() -> bool:
-        return all(position.get(tp, -1) >= planned[tp] or eof.get(tp, -1) >= planned[tp] for tp in open_)
-
-    while open_:
-        if lingering and time.time() >= spec.linger_until:  # type: ignore[operator]
+    while True:
+        if lingering and not messages and time.time() >= spec.linger_until:  # type: ignore[operator]
             lingering = False
-            for tp in open_:  # C6: each partition ends where it got to, and no sooner than its range
-                until[tp] = max(planned[tp], position.get(tp, planned[tp]))
-            open_.difference_update([tp for tp in list(open_) if position.get(tp, -1) >= until[tp]
-                                     or eof.get(tp, -1) >= until[tp]])
-            if not open_:
+            if opened:  # C6: every record dequeued was handed over: each partition ends where it got to
+                open_.clear()
+        if not open_:
+            if not lingering or opened:
                 break
+            # C6: every range read: read on past them. Behind (a backlog) a batch reads its ranges first, so that
+            # no partition copies past its range while another has yet to reach its end.
+            opened = True
+            reopened = [tp for tp in read if tp in position  # not those released since (held too much)
+                        and not (spec.behind and eof.get(tp, -1) >= position[tp])]
+            until.update(dict.fromkeys(reopened, _OPEN))
+            open_.update(reopened)
+            messages = reader.take_held(reopened)
+            continue
         if not messages and not first:
             messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
         caught_up = len(messages) < _CONSUME_MAX
@@ -345,7 +347,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
             first = False
         messages = []
         reader.release(sorted(failed))
-        if not runs and time.monotonic() - progress > STALL_S and lingering and past_ranges():
+        if not runs and time.monotonic() - progress > STALL_S and lingering and opened:
             progress = time.monotonic()  # lingering past every range's end: waiting for records is no stall
         if not runs and time.monotonic() - progress > STALL_S:
             waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
@@ -357,7 +359,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         if runs:
             progress = time.monotonic()  # after the writer took them: its waits are not the source's
             unsliced = True
-        if lingering and unsliced and caught_up and time.monotonic() - sliced >= SLICE_S and past_ranges():
+        if lingering and unsliced and caught_up and time.monotonic() - sliced >= SLICE_S and opened:
             yield _NO_PARTITION, Slice()
             sliced, unsliced = time.monotonic(), False
 
@@ -393,7 +395,9 @@ def _event(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Ran
     if err.code() == KafkaError._PARTITION_EOF:
         if tp in reader.position:
             reader.eof[tp] = m.offset() or 0
-        return tp in open_ and reader.eof.get(tp, 0) >= until[tp], None
+        end = reader.eof.get(tp, 0)
+        return tp in open_ and (end >= until[tp] or (spec.behind and until[tp] == _OPEN
+                                and end >= reader.position[tp])), None
     if tp not in open_:
         if tp in reader.position:
             failed.add(tp)  # assigned afresh by the task that next reads it

@@ -131,6 +131,9 @@ class WriterSpec:
     copied: Mapping[TopicPartition, tuple[tuple[int, int], ...]] = field(default_factory=dict)
     # The stream's: until when (time.time()) its tasks read on past their ranges' ends (copier C6); None: not at all.
     linger_until: float | None = None
+    # Its batch is full (the source had more than a batch): a lingering task reads on only as far as each
+    # partition's end just then, and waits for no record (copier C6).
+    behind: bool = False
 
     def lingers(self) -> bool:
         """Whether its tasks still read on past their ranges' ends (copier C6): a deadline not passed yet."""

@@ -37,7 +37,7 @@ def add(sub: Any) -> None:
                    help="micro-batch interval when idle (default: the flow's mirrorflow.stream.trigger.ms, 100)")
     p.add_argument("--linger-ms", type=_at_least_0, metavar="MS",
                    help="how long a micro-batch goes on copying what arrives, from its start (default: the flow's "
-                        "mirrorflow.stream.linger.ms, 0: a batch copies its planned ranges only)")
+                        "mirrorflow.stream.linger.ms, 1500; 0: a batch copies its planned ranges only)")
     p.add_argument("--driver-memory", help="Spark driver heap (default: the flow's mirrorflow.stream.driver.memory, "
                    "1g)")
     p.set_defaults(run=cmd_stream)
