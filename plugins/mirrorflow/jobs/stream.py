@@ -715,9 +715,9 @@ class _Driver:
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
                           behind)
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
-        # Lingering tasks read quiet partitions too (their empty ranges), unless the batch is full: then P6 moves a
-        # turn of partitions, and a worker reading the others' records only to drop them past what it may hold
-        # (copier) copied 39,591 records/s over 1,200 partitions against 65,728.
+        # Lingering tasks read quiet partitions too (their empty ranges), unless the batch is full: P6 then moves a
+        # turn of partitions, and the others' records would only be held past their ranges, or dropped past what a
+        # worker may hold (copier).
         slots = batch_plan.slot_ranges(self._lingered(self._batch_starts(batch_id)), ends, self.query_slots,
                                        empty=spec.linger_until is not None and not behind)
         writing = time.monotonic()

@@ -20,14 +20,13 @@ one summary row per source partition. No record crosses into the JVM.
       its new range starts, and assigns every other one afresh at its range's start.
   C5  An end-of-partition event at or past a range's end closes it: every record below was dequeued (a range of
       transaction markers only has no record to wait for).
-  C6  A batch that lingers (`spec.linger_until`, a wall-clock deadline) reads its ranges to their ends, then,
-      until the deadline, every one of its partitions on past it, so that records arriving meanwhile are copied
-      without waiting for the next batch; at the deadline each partition ends where it got to (C1 from there on).
-      A task still short of its ranges' ends at the deadline reads them to their ends and no further; a task of a
-      full batch (`spec.behind`) reads on only as far as each partition's end as it finds it, waiting for none. The
-      summary's `upstream_next` says how far it got; the driver starts the partition's next range there. While
-      lingering, a task makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read
-      them.
+  C6  A batch that lingers (`spec.linger_until`, a wall-clock deadline) reads every partition of its ranges on
+      past the range's end until the deadline, so that records arriving meanwhile are copied without waiting for
+      the next batch; at the deadline each partition ends where it got to, or at its range's end if that is
+      further (C1 from there on). A task of a full batch (`spec.behind`) ends a partition past its range at its
+      end as it finds it, waiting for no record. The summary's `upstream_next` says how far it got; the driver
+      starts the partition's next range there. While lingering, a task that has read its ranges and what there is
+      makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
 records dequeued past the ranges' ends are held up to as many bytes as that queue may take: a partition whose
 records would take the worker past that is released (unassigned, what it held dropped), and the task that next reads
@@ -278,10 +277,9 @@ def _runs(spec: WriterSpec, ranges: list[Range]
 def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Range]
           ) -> Iterator[tuple[tuple[str, int], Run | Gap | Slice]]:
     planned = {tp: r.until_offset for tp, r in read.items()}
-    until = dict(planned)
-    # C6: once every range is read to its end, until the batch's linger deadline each partition reads on past it
+    # C6: until the batch's linger deadline every partition reads on past its range's end
     lingering = spec.lingers()
-    opened = False
+    until = dict.fromkeys(planned, _OPEN) if lingering else dict(planned)
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)
     progress = time.monotonic()
@@ -292,23 +290,18 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
     # and whether records came since
     sliced, unsliced = float("-inf"), False
 
-    while True:
+    def past_ranges() -> bool:
+        return all(position.get(tp, -1) >= planned[tp] or eof.get(tp, -1) >= planned[tp] for tp in open_)
+
+    while open_:
         if lingering and not messages and time.time() >= spec.linger_until:  # type: ignore[operator]
             lingering = False
-            if opened:  # C6: every record dequeued was handed over: each partition ends where it got to
-                open_.clear()
-        if not open_:
-            if not lingering or opened:
+            for tp in open_:  # C6: each partition ends where it got to, and no sooner than its range
+                until[tp] = max(planned[tp], position.get(tp, planned[tp]))
+            open_.difference_update([tp for tp in list(open_) if position.get(tp, -1) >= until[tp]
+                                     or eof.get(tp, -1) >= until[tp]])
+            if not open_:
                 break
-            # C6: every range read: read on past them. Behind (a backlog) a batch reads its ranges first, so that
-            # no partition copies past its range while another has yet to reach its end.
-            opened = True
-            reopened = [tp for tp in read if tp in position  # not those released since (held too much)
-                        and not (spec.behind and eof.get(tp, -1) >= position[tp])]
-            until.update(dict.fromkeys(reopened, _OPEN))
-            open_.update(reopened)
-            messages = reader.take_held(reopened)
-            continue
         if not messages and not first:
             messages = consumer.consume(_CONSUME_MAX, _CONSUME_WAIT_S)
         caught_up = len(messages) < _CONSUME_MAX
@@ -347,7 +340,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
             first = False
         messages = []
         reader.release(sorted(failed))
-        if not runs and time.monotonic() - progress > STALL_S and lingering and opened:
+        if not runs and time.monotonic() - progress > STALL_S and lingering and past_ranges():
             progress = time.monotonic()  # lingering past every range's end: waiting for records is no stall
         if not runs and time.monotonic() - progress > STALL_S:
             waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
@@ -359,7 +352,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         if runs:
             progress = time.monotonic()  # after the writer took them: its waits are not the source's
             unsliced = True
-        if lingering and unsliced and caught_up and time.monotonic() - sliced >= SLICE_S and opened:
+        if lingering and unsliced and caught_up and time.monotonic() - sliced >= SLICE_S and past_ranges():
             yield _NO_PARTITION, Slice()
             sliced, unsliced = time.monotonic(), False
 
@@ -396,8 +389,9 @@ def _event(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Ran
         if tp in reader.position:
             reader.eof[tp] = m.offset() or 0
         end = reader.eof.get(tp, 0)
+        # C6: a full batch's lingering partition ends at its end, once past its range
         return tp in open_ and (end >= until[tp] or (spec.behind and until[tp] == _OPEN
-                                and end >= reader.position[tp])), None
+                                and end >= max(reader.position[tp], read[tp].until_offset))), None
     if tp not in open_:
         if tp in reader.position:
             failed.add(tp)  # assigned afresh by the task that next reads it
