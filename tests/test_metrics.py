@@ -149,11 +149,14 @@ def test_mirrored_through_is_unknown_before_a_complete_batch_and_holds_back_for_
     assert metrics.mirrored_through([behind, level], 9.5) == 4.0
 
 
-def test_a_batch_is_a_stall_after_five_times_the_recent_mean_and_never_before_five_seconds() -> None:
+def test_a_batch_is_a_stall_after_its_linger_and_five_times_the_recent_mean_past_it_never_before_five_seconds(
+) -> None:
     from mirrorflow.jobs.stream import stall_after_s
 
     assert stall_after_s(0.0) == stall_after_s(400.0) == 5.0
     assert stall_after_s(3000.0) == 15.0
+    assert stall_after_s(1700.0, 1500) == stall_after_s(900.0, 1500) == 6.5  # lingering is not stalling
+    assert stall_after_s(4500.0, 1500) == 16.5
     flow = metrics.FlowMetrics("a->b", "a", "b")
     for ms in (1000.0, 3000.0):
         flow.observe_batch_time(ms, ms / 2)

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -155,16 +155,37 @@ def partition_count(bootstrap: str, topic: str) -> int:
     return 0 if t is None or t.error is not None else len(t.partitions)
 
 
-def end_offsets(bootstrap: str, topic: str) -> list[int]:
+def end_offsets(bootstrap: str, topic: str, timeout: float = 30) -> list[int]:
     """The partitions' end offsets; [] while the topic is missing or its leaders are not settled."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-ends", **QUIET})
     try:
         n = partition_count(bootstrap, topic)
-        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(n)]
+        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[1] for p in range(n)]
     except KafkaException:
         return []
     finally:
         c.close()
+
+
+def stall_bounds(samples: Sequence[tuple[float, int | None]]) -> tuple[float, float]:
+    """From a topic's summed end offsets sampled at times (seconds from 0; None where unreadable), how long the
+    topic took no record at most and at least: the longest time between seen growths (or 0 and the last sample), and
+    the longest time between two readable samples of the same sum (end offsets never fall, so nothing was written
+    between them, whatever could not be read in between)."""
+    grew: list[float] = []
+    last: int | None = None
+    first_at: dict[int, float] = {}
+    at_least = 0.0
+    for t, total in samples:
+        if total is None:
+            continue
+        if last is not None and total > last:
+            grew.append(t)
+        last = total
+        at_least = max(at_least, t - first_at.setdefault(total, t))
+    end = samples[-1][0] if samples else 0.0
+    at_most = max(b - a for a, b in zip([0.0, *grew], [*grew, end], strict=True))
+    return at_most, at_least
 
 
 def record_counts(bootstrap: str, topic: str) -> list[int]:

@@ -83,10 +83,12 @@ _STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
 STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
 
 
-def stall_after_s(batch_ms_mean: float) -> float:
-    """How long a batch may write before the flow is reported stalled: STALL_FACTOR times the recent mean batch, and
-    never less than STALL_MIN_S (a query's first batch, while Spark warms up, is never reported)."""
-    return max(STALL_MIN_S, STALL_FACTOR * batch_ms_mean / 1000)
+def stall_after_s(batch_ms_mean: float, linger_ms: int = 0) -> float:
+    """How long a batch may write before the flow is reported stalled: its linger, by design spent waiting for
+    records, plus STALL_FACTOR times the recent mean batch's time past the linger, and never less than the linger
+    plus STALL_MIN_S (a query's first batch, while Spark warms up, is never reported)."""
+    past_linger_ms = max(0.0, batch_ms_mean - linger_ms)
+    return linger_ms / 1000 + max(STALL_MIN_S, STALL_FACTOR * past_linger_ms / 1000)
 
 
 @dataclass
@@ -675,7 +677,7 @@ class _Driver:
         began = self.batch_began
         if began is None or self.stall_named or self.first_batch_of_query:
             return
-        limit = stall_after_s(self.metrics.batch_ms_mean())
+        limit = stall_after_s(self.metrics.batch_ms_mean(), self.settings.linger_ms)
         if time.monotonic() - began < limit or self.metrics.state != "running":
             return
         self.stall_named = True
