@@ -16,9 +16,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
 from mirrorflow.kafka.link import FlowLink
+from mirrorflow.rules.flow_state import SyncRecord
 from mirrorflow.spark import stream_writer
 
-SyncRecord = Any  # AnchorRecord | Position | Loss | Incarnation | a tombstone: each has key() and value()
 SYNCS_PER_TRANSACTION = 50_000  # below librdkafka's queue of 100,000 messages
 
 

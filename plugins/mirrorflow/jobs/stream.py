@@ -53,17 +53,17 @@ from py4j.protocol import Py4JError
 
 from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.jobs import lifecycle, reset
-from mirrorflow.jobs.driver_writes import DriverWrites, SyncRecord
+from mirrorflow.jobs.driver_writes import DriverWrites
 from mirrorflow.kafka import admin_sync, offset_sync_log, source_view
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
 from mirrorflow.model.config import Flow, StreamSettings
-from mirrorflow.rules import batch_plan, digests, offset_syncs
-from mirrorflow.rules.anchors import Anchor, PartitionAnchors
+from mirrorflow.rules import batch_plan, digests
 from mirrorflow.rules.filters import java_regex_to_python
-from mirrorflow.rules.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, Release, Writers
+from mirrorflow.rules.flow_state import FlowState, PartitionSummary, SyncRecord
+from mirrorflow.rules.offset_syncs import Loss, Position, Release, Writers
 from mirrorflow.spark import copier, offset_log, range_source, spark_session, stream_writer
 from mirrorflow.spark.stream_writer import WriterSpec
 from mirrorflow.status import metrics
@@ -79,7 +79,6 @@ _POSITIONS = "mirrorflow-positions.json"  # in the Spark checkpoint: where linge
 _RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
-_STUCK_PAUSE_S, _STUCK_PAUSE_MAX_S = 30.0, 300.0
 STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
 
 
@@ -89,19 +88,6 @@ def stall_after_s(batch_ms_mean: float, linger_ms: int = 0) -> float:
     plus STALL_MIN_S (a query's first batch, while Spark warms up, is never reported)."""
     past_linger_ms = max(0.0, batch_ms_mean - linger_ms)
     return linger_ms / 1000 + max(STALL_MIN_S, STALL_FACTOR * past_linger_ms / 1000)
-
-
-@dataclass
-class _Stuck:
-    """A partition the target did not take in time, or (`aborted`) one whose records were aborted with such a
-    partition's transaction: paused until `retry_at` (monotonic), then tried again."""
-
-    why: str
-    since: float  # wall-clock seconds
-    retry_at: float
-    pause: float
-    paused: bool = True
-    aborted: bool = False  # not stuck itself: its records were aborted with a stuck partition's transaction
 
 
 @dataclass(frozen=True)
@@ -147,15 +133,10 @@ class _Driver:
         self.pattern = selection.subscription_pattern(self.flow)
         self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
         stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
-        self.upstream_next: dict[tuple[str, int], int] = {}
-        self.downstream_next: dict[tuple[str, int], int] = {}
-        self.losses: dict[tuple[str, int], Loss] = {}  # partitions that lost records: one Loss each
-        self.incarnations: dict[str, str] = {}  # source topic -> the topic ID its state is about (one per topic)
+        # Bounded (flow_state F2): `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
+        self.state = FlowState(self.flow.number("mirrorflow.offset-syncs.anchors.max"),
+                               self.flow.number("mirrorflow.offset-syncs.anchors.spacing"))
         self.recreated: set[str] = set()  # re-created topics not yet restarted from their earliest offset
-        # Bounded: `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
-        self.anchors: dict[tuple[str, int], PartitionAnchors] = {}
-        self.anchor_limit = self.flow.number("mirrorflow.offset-syncs.anchors.max")
-        self.anchor_spacing = self.flow.number("mirrorflow.offset-syncs.anchors.spacing")
         self.first_batch_of_query = True
         self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
         self.stall_named = False  # the running batch's stall is reported (status, log)
@@ -171,8 +152,6 @@ class _Driver:
         self.incarnations_due = 0.0
         self.held_due = 0.0
         self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
-        self.held: dict[str, str] = {}  # source topic -> why its remote topic cannot be written (until a reset)
-        self.stuck: dict[tuple[str, int], _Stuck] = {}  # bounded by the flow's partitions
         self.writer_slots: int | None = None  # task slots whose transactional ids were used (syncs)
         self.query_slots = 1  # task slots the running query's batches are cut into
         self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
@@ -217,7 +196,7 @@ class _Driver:
         mode = ("exactly-once" if self.link.exactly_once else
                 "at-least-once" if self.link.transactional else "at-least-once, idempotent records (not fenced)")
         log.info("flow %s: %s, %d partitions known from the offset syncs, checkpoint %s", self.flow.name, mode,
-                 len(self.upstream_next), self.checkpoint)
+                 len(self.state.upstream_next), self.checkpoint)
 
     def _warm_workers(self) -> None:
         try:
@@ -267,11 +246,7 @@ class _Driver:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
         anchors (and tombstones)."""
         syncs = syncs or offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
-        self.upstream_next = {tp: p.upstream_next for tp, p in syncs.positions.items()}
-        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items()
-                                if p.downstream_next is not None}
-        self.losses = dict(syncs.losses)
-        self.incarnations = dict(syncs.incarnations)
+        self.state, records, migrated = FlowState.load(syncs, self.state.anchor_limit, self.state.anchor_spacing)
         marker = self.checkpoint / _RESET_MARKER
         if reset.requested_since(syncs, marker.read_text().strip() if marker.exists() else None):
             assert syncs.reset is not None
@@ -283,37 +258,19 @@ class _Driver:
             self.checkpoint.mkdir(parents=True, exist_ok=True)
             marker.write_text(str(syncs.reset.at_ms))
         behind = sorted(tp for tp, end in offset_log.committed_ends(self.checkpoint).items()
-                        if 0 <= self.upstream_next.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
+                        if 0 <= self.state.upstream_next.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
         if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
             self._new_checkpoint()
             log.warning("flow %s: the Spark checkpoint is past the offset syncs' positions of %d partition(s) (e.g. "
                         "%s-%d): a new Spark checkpoint, at the positions", self.flow.name, len(behind), *behind[0])
-        for tp, loss in self.losses.items():
+        for tp, loss in self.state.losses.items():
             self.metrics.observe_loss(tp, loss.lost)
-        records: list[SyncRecord] = []
-        migrated = 0
-        for tp in syncs.partitions():
-            slots = syncs.anchors.get(tp, {})
-            store = PartitionAnchors(self.anchor_limit, self.anchor_spacing, slots.items())
-            if not slots and syncs.runs.get(tp):
-                for anchor in offset_syncs.anchors_of_runs(syncs.runs[tp].values()):
-                    store.append(anchor)
-                migrated += len(syncs.runs[tp])
-            records.extend(_Tombstone(run) for run in syncs.runs.get(tp, {}).values())
-            position = syncs.positions.get(tp)
-            if position is not None:
-                _adopt_batch_first(store, position)  # the driver stopped before it recorded that batch
-            self.anchors[tp] = store
-        self.writes.write(records + self._anchor_writes())
-        known = {t for t, _ in self.upstream_next} | set(self.incarnations)
+        self.writes.write(records)
+        known = {t for t, _ in self.state.upstream_next} | set(self.state.incarnations)
         if self._incarnations(known) and self.checkpoint.exists():
             self._new_checkpoint()  # Spark's checkpoint holds the old incarnation's offsets
         if migrated:
             log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
-
-    def _anchor_writes(self) -> list[SyncRecord]:
-        return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
-                for slot, anchor in store.drain().items()]
 
     def _prune(self) -> list[SyncRecord]:
         """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
@@ -323,13 +280,13 @@ class _Driver:
             return []
         self.prune_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
         counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
-        missing = {t for t, _ in set(self.anchors) | set(self.upstream_next) if t not in counts}
+        missing = {t for t, _ in set(self.state.anchors) | set(self.state.upstream_next) if t not in counts}
         gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
         records = self._drop_topics(gone)
-        live = [tp for tp in self.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
+        live = [tp for tp in self.state.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
         starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, live,
                                     OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        pruned = sum(self.anchors[tp].prune_below(start) for tp, start in starts.items())
+        pruned = self.state.prune_below(starts)
         if pruned:
             log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
         return records
@@ -337,21 +294,9 @@ class _Driver:
     def _drop_topics(self, gone: set[str], why: str = "deleted") -> list[SyncRecord]:
         """Forget deleted (or re-created) source topics: their anchors, positions, losses and incarnations
         (tombstones), metrics and remote-topic state."""
-        records: list[SyncRecord] = []
-        for tp in sorted(tp for tp in set(self.anchors) | set(self.upstream_next) | set(self.losses) if tp[0] in gone):
-            store = self.anchors.pop(tp, None)
-            records.extend(AnchorRecord(tp[0], tp[1], slot, None) for slot in (store.slots if store else ()))
-            records.append(_Tombstone(Position(tp[0], tp[1], 0, None)))
-            if self.losses.pop(tp, None) is not None:
-                records.append(_Tombstone(Loss(tp[0], tp[1])))
-            self.upstream_next.pop(tp, None)
-            self.downstream_next.pop(tp, None)
-        for tp in [tp for tp in self.stuck if tp[0] in gone]:
-            del self.stuck[tp]
+        records = self.state.drop_topics(gone)
         for topic in gone:
             self.ready.pop(topic, None)
-            if self.incarnations.pop(topic, None) is not None:
-                records.append(Incarnation(topic, None))
         if gone:
             self.metrics.forget(gone)
             self.ledger.forget(gone)
@@ -364,7 +309,7 @@ class _Driver:
         """After a failed query: if topics the query read were deleted on the source (Spark fails on every restart
         from a checkpoint that names them), forget them and start a new Spark checkpoint from the offset syncs'
         positions, which say exactly where each partition resumes. True if it did."""
-        known = {t for t, _ in self.upstream_next} | set(self._checkpoint_topics())
+        known = {t for t, _ in self.state.upstream_next} | set(self._checkpoint_topics())
         looks = []
         for attempt in range(2):
             counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
@@ -397,13 +342,9 @@ class _Driver:
         if not topics:
             return set()
         ids = admin_sync.topic_ids(self.link.source_admin, self.link.source.alias, sorted(topics))
-        recreated = {t for t, i in ids.items() if t in self.incarnations and self.incarnations[t] != i}
+        recreated = self.state.recreated(ids)
         records = self._drop_topics(recreated, why="re-created") if recreated else []
-        for t, topic_id in ids.items():
-            if self.incarnations.get(t) != topic_id:
-                self.incarnations[t] = topic_id
-                records.append(Incarnation(t, topic_id))
-        self.writes.write(records)
+        self.writes.write(records + self.state.record_incarnations(ids))
         self.recreated |= recreated
         return recreated
 
@@ -503,15 +444,7 @@ class _Driver:
         """Positions in the offset syncs ahead of the driver's: written by tasks of a batch whose summaries never
         came back. Adopted with where their next record lands, and their batch's first record as an anchor."""
         syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
-        for tp, position in syncs.positions.items():
-            if position.upstream_next <= self.upstream_next.get(tp, -1):
-                continue
-            self.upstream_next[tp] = position.upstream_next
-            if position.downstream_next is not None:
-                self.downstream_next[tp] = position.downstream_next
-            _adopt_batch_first(self.anchors.setdefault(tp, PartitionAnchors(self.anchor_limit, self.anchor_spacing)),
-                               position)
-        self.writes.write(self._anchor_writes())
+        self.writes.write(self.state.adopt_positions(syncs.positions))
 
     def _watch(self, query: Any) -> str | None:
         """Wait until the query fails (its error) or a stop is requested (None)."""
@@ -525,15 +458,13 @@ class _Driver:
                 self.metrics.set_state("paused", "lease lost")
                 self.lease.regain()
                 self._take_over(fresh=False)  # another instance or a reset may have held it meanwhile
-                for stuck in list(self.stuck.values()):  # the target is back: try paused partitions at once
-                    stuck.retry_at = 0.0
+                self.state.retry_stuck_now()  # the target is back: try paused partitions at once
                 return _LEASE_REGAINED
-            due = self._stuck_due()
+            due = self.state.stuck_due(time.monotonic())
             if due:
+                log.info("flow %s: trying %d paused partition(s) again (e.g. %s-%d)", self.flow.name, len(due),
+                         *due[0])
                 self._stop(query)  # no batch of this query may write them: its checkpoint is past their positions
-                for tp in due:
-                    if tp in self.stuck:
-                        self.stuck[tp].paused = False
                 return _RETRY_STUCK
             if not query.isActive:
                 exc = query.exception()
@@ -645,7 +576,7 @@ class _Driver:
 
     def _starting_offsets(self, reset: str) -> str:
         """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
-        if (self.checkpoint / "offsets").is_dir() or not (self.upstream_next or self.recreated):
+        if (self.checkpoint / "offsets").is_dir() or not (self.state.upstream_next or self.recreated):
             return "latest" if reset.strip().lower() == "latest" else "earliest"
         matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
         counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
@@ -654,7 +585,7 @@ class _Driver:
         for topic, n in counts.items():
             if matches(topic):
                 fallback = -2 if topic in self.recreated else default
-                offsets[topic] = {str(p): self.upstream_next.get((topic, p), fallback) for p in range(n)}
+                offsets[topic] = {str(p): self.state.upstream_next.get((topic, p), fallback) for p in range(n)}
         return json.dumps(offsets)
 
     def _batch(self, df: Any, batch_id: int) -> None:
@@ -698,19 +629,18 @@ class _Driver:
         flow_topics = set(replicated)  # held ones included: their partitions are still the flow's
         grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
         self._hold_gone_remotes(replicated, grown)  # before anything could create a deleted remote topic again
-        replicated = {t: n for t, n in replicated.items() if t not in self.held}
-        grown = {t: n for t, n in grown.items() if t not in self.held}
+        replicated = {t: n for t, n in replicated.items() if t not in self.state.held}
+        grown = {t: n for t, n in grown.items() if t not in self.state.held}
         if grown:
             admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, grown)
             self.ready.update(grown)
         self._recreated_check(ends, replicated)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
-        begins = self._lingered({**self.upstream_next, **self._previous_ends(batch_id)})
+        begins = self._lingered({**self.state.upstream_next, **self._previous_ends(batch_id)})
         self._refuse_loss(ends, replicated, begins)
         # A stuck partition is written only by a batch that starts at its position (a query from a new checkpoint).
-        paused = frozenset(tp for tp, s in list(self.stuck.items())
-                           if s.paused or begins.get(tp, -1) != self.upstream_next.get(tp, -1))
+        paused = self.state.paused(begins)
         # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
         read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
         behind = read >= self.settings.max_records_per_batch  # the source had more than a batch
@@ -732,37 +662,26 @@ class _Driver:
         self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
         self.metrics.count_consumer_inits(sum(r["consumer_inits"] for r in rows), sum(r["consumer_uses"] for r in rows))
         for r in rows:
-            if r["topic"] in self.held:
-                self.metrics.hold(r["topic"], self.held[r["topic"]], r["filtered"])
-        rows = [r for r in rows if r["topic"] not in self.held]
-        lost = self._losses(ends, rows, replicated, begins)
-        rows, first_positions = self._settle_stuck(rows, spec.paused)
-        for r in rows:
-            tp = (r["topic"], r["partition"])
-            self.upstream_next[tp] = max(self.upstream_next.get(tp, -1), r["upstream_next"])
-            if r["first_downstream"] is not None:
-                store = self.anchors.get(tp)
-                if store is None:
-                    store = self.anchors[tp] = PartitionAnchors(self.anchor_limit, self.anchor_spacing)
-                fresh = not store.anchors and tp not in self.downstream_next  # nothing written there yet
-                store.record_batch(Anchor(r["first_upstream"], r["first_downstream"]),
-                                   Anchor(r["last_upstream"], r["last_downstream"]), replay=r["replay"], fresh=fresh)
-            if r["downstream_next"] >= 0:
-                self.downstream_next[tp] = r["downstream_next"]
-        # A stuck partition tried again whose batch held nothing visible moves on too (it is not paused again).
-        quiet = {tp: end for tp, end in ends.items()
-                 if tp[0] in replicated and end > self.upstream_next.get(tp, -1) and tp not in spec.paused
-                 and not (tp in self.stuck and self.stuck[tp].paused)}
-        records = self._prune() + self._anchor_writes() + lost + first_positions
-        for tp, end in quiet.items():  # batches that held no visible record (markers, aborted ones) move on too
-            records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp)))
-            self.upstream_next[tp] = end
-            if self.stuck.pop(tp, None) is not None:
-                self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
-        self.writes.write(records)
+            if r["topic"] in self.state.held:
+                self.metrics.hold(r["topic"], self.state.held[r["topic"]], r["filtered"])
+        rows = [r for r in rows if r["topic"] not in self.state.held]
+        summaries = [PartitionSummary.of(r) for r in rows]
+        lost = self._losses(ends, summaries, replicated, begins)
+        moving, first_positions = self._settle_stuck(summaries, spec.paused)
+        settled = {s.tp for s in moving}
+        rows = [r for r in rows if (r["topic"], r["partition"]) in settled]
+        self.state.fold(moving)
+        records = self._prune() + self.state.anchor_writes() + lost + first_positions
+        # Batches that held no visible record (markers, aborted ones) move on too, and so does a stuck partition
+        # tried again whose batch held nothing visible (it is not paused again).
+        quiet_positions, released = self.state.move_quiet(ends, replicated, spec.paused)
+        for tp in released:
+            self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
+        quiet = {(p.topic, p.partition): p.upstream_next for p in quiet_positions}
+        self.writes.write([*records, *quiet_positions])
         if spec.linger_until is not None:  # range_source S4: the next batch is admitted from where this one got to
             range_source.write_positions(self.checkpoint / _POSITIONS, {
-                tp: at for tp, end in ends.items() if (at := self.upstream_next.get(tp, end)) > end})
+                tp: at for tp, end in ends.items() if (at := self.state.upstream_next.get(tp, end)) > end})
         self._record_digests(rows, begins, ends, quiet)
         self.first_batch_of_query = False
         self.previous_batch = (batch_id, ends)
@@ -808,62 +727,26 @@ class _Driver:
             self.digest_producer.produce(self.link.digests_topic, value, key)
         self.digest_producer.poll(0)
 
-    def _stuck_due(self) -> list[tuple[str, int]]:
-        """Paused partitions whose pause is over: tried again once the query stopped, from a new Spark checkpoint
-        at the positions (their records since were read and passed over)."""
-        now = time.monotonic()
-        due = [tp for tp, s in list(self.stuck.items()) if s.paused and s.retry_at <= now]
-        if due:
-            log.info("flow %s: trying %d paused partition(s) again (e.g. %s-%d)", self.flow.name, len(due), *due[0])
-        return due
-
-    def _settle_stuck(self, rows: list[dict[str, Any]], paused: frozenset[tuple[str, int]]
-                      ) -> tuple[list[dict[str, Any]], list[Position]]:
-        """Pause the partitions the target did not take in time (one log line each) and, transactional, those aborted
-        with them (tried again at once, one line for all), release those it took again; the rows whose positions may
-        move (neither stuck, aborted nor paused), and the positions of partitions stuck or aborted before they had
-        one (where their batch started: a later start, from any checkpoint, resumes there)."""
-        out, first_positions = [], []
-        now = time.monotonic()
-        aborted = 0
-        for r in rows:
-            tp = (r["topic"], r["partition"])
-            if tp in paused:
-                if not self.stuck[tp].aborted:
-                    self.metrics.observe_stuck(tp, self.stuck[tp].why, r["filtered"])
-                continue
-            if r["stuck"] is None and not r["aborted"]:
-                known = self.stuck.pop(tp, None)
-                if known is not None and not known.aborted:
-                    self.metrics.observe_stuck(tp, None, 0)
-                    log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
-                out.append(r)
-                continue
-            if self.upstream_next.get(tp, -1) < 0 and r["first_offset"] is not None:
-                self.upstream_next[tp] = r["first_offset"]
-                first_positions.append(Position(tp[0], tp[1], r["first_offset"], self.downstream_next.get(tp)))
-            if r["aborted"]:  # written again at once (the query restarts at the positions), not a stuck partition
-                aborted += 1
-                known = self.stuck.get(tp)
-                if known is None:
-                    self.stuck[tp] = _Stuck("aborted with a stuck partition's transaction", time.time(), now, 0.0,
-                                            aborted=True)
-                else:  # a stuck partition tried again: it did not fail itself, so it is written again at once
-                    known.paused, known.retry_at = True, now
-                continue
-            known = self.stuck.get(tp)
-            if known is not None and known.aborted:
-                known = None  # it was only aborted with another: stuck itself from now
-            pause = _STUCK_PAUSE_S if known is None else min(known.pause * 2, _STUCK_PAUSE_MAX_S)
-            self.stuck[tp] = _Stuck(r["stuck"], known.since if known else time.time(), now + pause, pause)
-            self.metrics.observe_stuck(tp, r["stuck"], 0)
+    def _settle_stuck(self, summaries: list[PartitionSummary], paused: frozenset[tuple[str, int]]
+                      ) -> tuple[list[PartitionSummary], list[Position]]:
+        """The state's settling of the batch (flow_state.FlowState.settle), named: one log line per partition stuck
+        or taken again, one for all aborted with a stuck one; the summaries whose positions move, and the first
+        positions of partitions stuck before they had one."""
+        settled = self.state.settle(summaries, paused, time.monotonic(), time.time())
+        for tp, why, passed_over in settled.held_back:
+            self.metrics.observe_stuck(tp, why, passed_over)
+        for tp in settled.resumed:
+            self.metrics.observe_stuck(tp, None, 0)
+            log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
+        for tp, why, pause in settled.newly_stuck:
+            self.metrics.observe_stuck(tp, why, 0)
             log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
                         "at offset %d, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
-                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, r["stuck"], self.upstream_next.get(tp, -1), pause)
-        if aborted:
+                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, why, self.state.position(tp), pause)
+        if settled.aborted:
             log.info("flow %s: %d partition(s) aborted with the transaction of a stuck one (they shared its task); "
-                     "written again from their positions", self.flow.name, aborted)
-        return out, first_positions
+                     "written again from their positions", self.flow.name, settled.aborted)
+        return settled.moving, settled.first_positions
 
     def _hold_gone_remotes(self, replicated: Mapping[str, int], grown: Mapping[str, int]) -> None:
         """Hold the topics whose remote topic was deleted, or re-created (its end fell below where the flow's next
@@ -874,8 +757,8 @@ class _Driver:
         due = time.monotonic() >= self.held_due
         if due:
             self.held_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
-        written = {tp: d for tp, d in self.downstream_next.items() if d >= 0}
-        looked = {t for t in replicated if t not in self.held and (due or t in grown)
+        written = {tp: d for tp, d in self.state.downstream_next.items() if d >= 0}
+        looked = {t for t in replicated if t not in self.state.held and (due or t in grown)
                   and any(tp[0] == t for tp in written)}
         if not looked:
             return
@@ -897,9 +780,7 @@ class _Driver:
                 gone[t] = (f"remote topic {remote[t]} re-created or truncated on {self.flow.target} (partition {p} "
                            f"ends at {end}, the flow's next copy would land at {d})")
         for t, why in sorted(gone.items()):
-            self.held[t] = why
-            for tp in [tp for tp in self.stuck if tp[0] == t]:  # held until a reset: no longer retried
-                del self.stuck[tp]
+            self.state.hold(t, why)
             self.metrics.hold(t, why, 0)
             log.warning("flow %s: %s: %s is HELD, nothing of it written, its positions kept; to mirror it into a "
                         "new %s: mirrorflow reset --flow %s --topic %s --to earliest (or the offset to start at), "
@@ -914,9 +795,9 @@ class _Driver:
             self.incarnations_due = time.monotonic() + interval
             looked = set(replicated)
         else:
-            looked = {t for t in replicated if t not in self.incarnations}
+            looked = {t for t in replicated if t not in self.state.incarnations}
             looked |= {tp[0] for tp, end in ends.items()
-                       if tp[0] in replicated and end < self.upstream_next.get(tp, -1)}
+                       if tp[0] in replicated and end < self.state.upstream_next.get(tp, -1)}
         recreated = self._incarnations(looked)
         if recreated:
             raise OperationalError(f"{_RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
@@ -942,12 +823,12 @@ class _Driver:
                                f"{tp[0]} (to go on, take the topic out of it and start the flow: the loss is "
                                "recorded)")
 
-    def _losses(self, ends: Mapping[tuple[str, int], int], rows: list[dict[str, Any]],
+    def _losses(self, ends: Mapping[tuple[str, int], int], summaries: list[PartitionSummary],
                 replicated: Mapping[str, int], begins: Mapping[tuple[str, int], int]) -> list[Loss]:
         """The partitions whose batch skipped records the source deleted before the flow read them (Spark's source,
         told not to fail, moves on to the log start): their updated loss records. Called before the positions
         move; raises (fatal) when a loss hits a topic of `mirrorflow.data-loss.fail.topics`."""
-        first_read = {(r["topic"], r["partition"]): r["first_offset"] for r in rows if r["first_offset"] is not None}
+        first_read = {s.tp: s.first_offset for s in summaries if s.first_offset is not None}
         gaps = {}
         for tp, end in ends.items():
             position = begins.get(tp)
@@ -959,21 +840,18 @@ class _Driver:
                                     OffsetSpec.earliest()) if gaps else {}  # type: ignore[no-untyped-call]
         lost = [(tp, position, min(resumed, starts[tp])) for tp, (position, resumed) in sorted(gaps.items())]
         # Records deleted while a task read its range (the copier saw the log start pass it): exact ranges.
-        lost += [((r["topic"], r["partition"]), b, e) for r in rows if r["topic"] in replicated
-                 for b, e in zip(r["gap_begins"], r["gap_ends"], strict=True)]
+        lost += [(s.tp, b, e) for s in summaries if s.tp[0] in replicated for b, e in s.gaps]
         out: list[Loss] = []
         for tp, position, end in lost:
             if end <= position:
                 continue
             if self.flow.data_loss_fails.selects(tp[0]):  # deleted after _refuse_loss looked
                 self._fail_on_loss(tp, position, end)
-            known = self.losses.get(tp, Loss(tp[0], tp[1]))
-            loss = known.add(position, end)
-            if loss == known:
+            loss = self.state.add_loss(tp, position, end)
+            if loss is None:
                 continue  # a replayed batch: already recorded
             log.warning("%s; mirroring goes on from %d (loss recorded in the offset syncs, status and metrics)",
                         _loss_line(self.flow, tp, position, end), end)
-            self.losses[tp] = loss
             self.metrics.observe_loss(tp, end - position)
             out = [o for o in out if (o.topic, o.partition) != tp] + [loss]
         return out
@@ -982,8 +860,8 @@ class _Driver:
               paused: frozenset[tuple[str, int]], behind: bool) -> WriterSpec:
         local = str(self.spark.sparkContext.master).startswith("local")
         return WriterSpec.of(
-            self.link, remote=dict(remote), upstream_next=dict(self.upstream_next), ends=dict(ends),
-            downstream_next=dict(self.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
+            self.link, remote=dict(remote), upstream_next=dict(self.state.upstream_next), ends=dict(ends),
+            downstream_next=dict(self.state.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=local,
@@ -1006,37 +884,17 @@ class _Driver:
         none: it is new, and its first batch ends at its log start (batch_plan P2)."""
         spark_starts = (self._previous_ends(batch_id) if batch_id > 0 else
                         range_source.read_initial(self.checkpoint / _INITIAL_OFFSETS) or {})
-        return {**{tp: p for tp, p in self.upstream_next.items() if p >= 0}, **spark_starts}
+        return {**{tp: p for tp, p in self.state.upstream_next.items() if p >= 0}, **spark_starts}
 
     def _lingered(self, starts: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """`starts` moved up to the positions the previous batch's lingering tasks reached past its ends (copier
         C6). Not for a query's first batch: positions reloaded from the offset syncs may be past a gap the driver
         has not recorded yet (the writer skips what the target holds)."""
-        return dict(starts) if self.first_batch_of_query else batch_plan.resumed(starts, self.upstream_next)
+        return dict(starts) if self.first_batch_of_query else batch_plan.resumed(starts, self.state.upstream_next)
 
     def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
         """The batch's end offsets, from the offset log Spark wrote before running it."""
         return offset_log.batch_ends(self.spark, self.checkpoint, batch_id, self.flow.name)
-
-
-@dataclass(frozen=True)
-class _Tombstone:
-    """The tombstone of an offset-sync record: a deleted topic's position, an old run turned into anchors."""
-
-    record: Position | OffsetRun | Loss
-
-    def key(self) -> bytes:
-        return self.record.key()
-
-    def value(self) -> None:
-        return None
-
-
-def _adopt_batch_first(store: PartitionAnchors, position: Position) -> None:
-    """A position's batch-first record as an anchor, when it is newer than the partition's newest one."""
-    first = position.batch_first
-    if first is not None and (store.last is None or first.downstream > store.last.downstream):
-        store.append(first)
 
 
 def _progress_time(progress: Mapping[str, Any]) -> float | None:
