@@ -118,14 +118,17 @@ def test_a_replayed_batch_finding_the_same_gap_records_no_second_loss() -> None:
     assert later is not None and later.lost == 60
 
 
-def test_loading_keeps_the_syncs_state_and_turns_runs_of_an_older_version_into_anchors() -> None:
+def test_loading_takes_the_syncs_state_keeps_held_topics_and_turns_runs_of_an_older_version_into_anchors() -> None:
     runs = {0: OffsetRun("orders", 0, 0, 0, 10), 10: OffsetRun("orders", 0, 10, 10, 5)}
     syncs = _Syncs(positions={TP: Position("orders", 0, 15, 15), ("b", 0): Position("b", 0, 4, None)},
                    runs={TP: runs}, losses={TP: Loss("orders", 0, 3, ((0, 3),))}, incarnations={"orders": "id"})
-    state, records, migrated = FlowState.load(syncs, anchor_limit=8, anchor_spacing=0)
+    state = _state()
+    state.hold("gone", "remote topic deleted")
+    records, migrated = state.load(syncs)
     assert migrated == 2
     assert state.position(TP) == 15 and state.downstream_next == {TP: 15} and state.position(("b", 0)) == 4
     assert state.losses[TP].lost == 3 and state.incarnations == {"orders": "id"}
+    assert state.held == {"gone": "remote topic deleted"}  # held until a reset, whoever held the lease meanwhile
     assert [(a.upstream, a.downstream) for a in state.anchors[TP].anchors] == [(0, 0), (9, 9), (10, 10), (14, 14)]
     assert Tombstone(runs[0]) in records and Tombstone(runs[10]) in records
     assert sum(isinstance(r, AnchorRecord) for r in records) == 4

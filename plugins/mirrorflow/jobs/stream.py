@@ -246,7 +246,7 @@ class _Driver:
         """Positions and anchors from the offset syncs (as just read, or read now); runs of older versions become
         anchors (and tombstones)."""
         syncs = syncs or offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
-        self.state, records, migrated = FlowState.load(syncs, self.state.anchor_limit, self.state.anchor_spacing)
+        records, migrated = self.state.load(syncs)
         marker = self.checkpoint / _RESET_MARKER
         if reset.requested_since(syncs, marker.read_text().strip() if marker.exists() else None):
             assert syncs.reset is not None

@@ -121,19 +121,21 @@ class FlowState:
     held: dict[str, str] = field(default_factory=dict)  # source topic -> why its remote topic cannot be written
     stuck: dict[TopicPartition, Stuck] = field(default_factory=dict)
 
-    @classmethod
-    def load(cls, syncs: SyncsView, anchor_limit: int, anchor_spacing: int) -> tuple[FlowState, list[SyncRecord], int]:
-        """The state the offset syncs hold; the records that bring them up to date (old runs turned into anchors,
-        and their tombstones; anchors a smaller limit moved), and how many runs were turned."""
-        state = cls(anchor_limit, anchor_spacing,
-                    {tp: p.upstream_next for tp, p in syncs.positions.items()},
-                    {tp: p.downstream_next for tp, p in syncs.positions.items() if p.downstream_next is not None},
-                    dict(syncs.losses), dict(syncs.incarnations))
+    def load(self, syncs: SyncsView) -> tuple[list[SyncRecord], int]:
+        """Take the positions, losses, incarnations and anchors the offset syncs hold (at start, and after the lease
+        was held again: another holder may have moved them); held topics and stuck partitions stay. The records
+        that bring the syncs up to date (old runs turned into anchors, and their tombstones; anchors a smaller
+        limit moved), and how many runs were turned."""
+        self.upstream_next = {tp: p.upstream_next for tp, p in syncs.positions.items()}
+        self.downstream_next = {tp: p.downstream_next for tp, p in syncs.positions.items()
+                                if p.downstream_next is not None}
+        self.losses = dict(syncs.losses)
+        self.incarnations = dict(syncs.incarnations)
         records: list[SyncRecord] = []
         migrated = 0
         for tp in syncs.partitions():
             slots = syncs.anchors.get(tp, {})
-            store = PartitionAnchors(anchor_limit, anchor_spacing, slots.items())
+            store = PartitionAnchors(self.anchor_limit, self.anchor_spacing, slots.items())
             if not slots and syncs.runs.get(tp):
                 for anchor in offset_syncs.anchors_of_runs(syncs.runs[tp].values()):
                     store.append(anchor)
@@ -142,8 +144,8 @@ class FlowState:
             position = syncs.positions.get(tp)
             if position is not None:
                 adopt_batch_first(store, position)  # the driver stopped before it recorded that batch
-            state.anchors[tp] = store
-        return state, records + state.anchor_writes(), migrated
+            self.anchors[tp] = store
+        return records + self.anchor_writes(), migrated
 
     def position(self, tp: TopicPartition) -> int:
         """Where the partition resumes; -1 if the flow has no position for it."""
