@@ -48,22 +48,22 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import OffsetSpec
 from py4j.protocol import Py4JError
 
 from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.jobs import lifecycle, reset
 from mirrorflow.jobs.driver_writes import DriverWrites
+from mirrorflow.jobs.topic_changes import RECREATED, TopicChanges
 from mirrorflow.kafka import admin_sync, offset_sync_log, source_view
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
-from mirrorflow.model.config import Flow, StreamSettings
+from mirrorflow.model.config import StreamSettings
 from mirrorflow.rules import batch_plan, digests
 from mirrorflow.rules.filters import java_regex_to_python
-from mirrorflow.rules.flow_state import FlowState, PartitionSummary, SyncRecord
-from mirrorflow.rules.offset_syncs import Loss, Position, Release, Writers
+from mirrorflow.rules.flow_state import FlowState, PartitionSummary
+from mirrorflow.rules.offset_syncs import Position, Release, Writers
 from mirrorflow.spark import copier, offset_log, range_source, spark_session, stream_writer
 from mirrorflow.spark.stream_writer import WriterSpec
 from mirrorflow.status import metrics
@@ -76,7 +76,6 @@ _LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpoin
                              "FileSystemBasedCheckpointFileManager")
 _INITIAL_OFFSETS = "mirrorflow-initial-offsets.json"  # in the Spark checkpoint: its first batch's start (S1)
 _POSITIONS = "mirrorflow-positions.json"  # in the Spark checkpoint: where lingering batches got to (S4)
-_RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
 STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
@@ -136,7 +135,6 @@ class _Driver:
         # Bounded (flow_state F2): `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
         self.state = FlowState(self.flow.number("mirrorflow.offset-syncs.anchors.max"),
                                self.flow.number("mirrorflow.offset-syncs.anchors.spacing"))
-        self.recreated: set[str] = set()  # re-created topics not yet restarted from their earliest offset
         self.first_batch_of_query = True
         self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
         self.stall_named = False  # the running batch's stall is reported (status, log)
@@ -148,21 +146,18 @@ class _Driver:
         self.trigger_began: float | None = None
         self.ends_as_of: float | None = None
         self.view = source_view.ViewWriter(link)
-        self.prune_due = 0.0
-        self.incarnations_due = 0.0
-        self.held_due = 0.0
         self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
         self.writer_slots: int | None = None  # task slots whose transactional ids were used (syncs)
         self.query_slots = 1  # task slots the running query's batches are cut into
         self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
         self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
-        self.missing_topics: set[str] = set()
-        self.ready: dict[str, int] = {}
         self.stop_requested = threading.Event()
         self.lease: FlowLease | None = None
         self.server: Any = None
         self.spark: Any = None
         self.writes = DriverWrites(link, lambda: self.lease)
+        self.topics = TopicChanges(link, self.state, self.metrics, self.writes, self.ledger.forget,
+                                   self.stop_requested.wait)
         self.heartbeats: HeartbeatEmitter | None = None
         self.stop_watch: lifecycle.StopWatch | None = None
 
@@ -267,43 +262,10 @@ class _Driver:
             self.metrics.observe_loss(tp, loss.lost)
         self.writes.write(records)
         known = {t for t, _ in self.state.upstream_next} | set(self.state.incarnations)
-        if self._incarnations(known) and self.checkpoint.exists():
+        if self.topics.incarnations(known) and self.checkpoint.exists():
             self._new_checkpoint()  # Spark's checkpoint holds the old incarnation's offsets
         if migrated:
             log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
-
-    def _prune(self) -> list[SyncRecord]:
-        """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
-        does the state of deleted topics (after two looks in a row, so that one incomplete metadata answer
-        deletes nothing)."""
-        if time.monotonic() < self.prune_due:
-            return []
-        self.prune_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
-        counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
-        missing = {t for t, _ in set(self.state.anchors) | set(self.state.upstream_next) if t not in counts}
-        gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
-        records = self._drop_topics(gone)
-        live = [tp for tp in self.state.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
-        starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, live,
-                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        pruned = self.state.prune_below(starts)
-        if pruned:
-            log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
-        return records
-
-    def _drop_topics(self, gone: set[str], why: str = "deleted") -> list[SyncRecord]:
-        """Forget deleted (or re-created) source topics: their anchors, positions, losses and incarnations
-        (tombstones), metrics and remote-topic state."""
-        records = self.state.drop_topics(gone)
-        for topic in gone:
-            self.ready.pop(topic, None)
-        if gone:
-            self.metrics.forget(gone)
-            self.ledger.forget(gone)
-            log.warning("flow %s: source topic(s) %s %s: their offset syncs removed%s", self.flow.name,
-                        ", ".join(sorted(gone)), why, "; mirrored again from the new topic's earliest offset"
-                        if why == "re-created" else "")
-        return records
 
     def _deleted_topics_reset(self) -> bool:
         """After a failed query: if topics the query read were deleted on the source (Spark fails on every restart
@@ -319,7 +281,7 @@ class _Driver:
         gone = looks[0] & looks[-1]
         if not gone:
             return False
-        self.writes.write(self._drop_topics(gone))
+        self.writes.write(self.topics.drop(gone))
         self._new_checkpoint()
         log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
                     "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
@@ -335,18 +297,6 @@ class _Driver:
                 self.checkpoint.mkdir(parents=True)
                 (replaced / _RESET_MARKER).rename(self.checkpoint / _RESET_MARKER)
             shutil.rmtree(replaced, ignore_errors=True)
-
-    def _incarnations(self, topics: set[str]) -> set[str]:
-        """Record the topic ID of topics seen for the first time; forget the state of topics re-created since
-        (another ID under the same name) and return them: they start again from their earliest offset."""
-        if not topics:
-            return set()
-        ids = admin_sync.topic_ids(self.link.source_admin, self.link.source.alias, sorted(topics))
-        recreated = self.state.recreated(ids)
-        records = self._drop_topics(recreated, why="re-created") if recreated else []
-        self.writes.write(records + self.state.record_incarnations(ids))
-        self.recreated |= recreated
-        return recreated
 
     def _checkpoint_topics(self) -> list[str]:
         ids = offset_log.batch_ids(self.checkpoint)
@@ -392,7 +342,7 @@ class _Driver:
                 return
             if error is _LEASE_REGAINED:
                 continue
-            if _RECREATED in error or error is _RETRY_STUCK:
+            if RECREATED in error or error is _RETRY_STUCK:
                 pause = self._recover(pause)  # the stop may have cut a batch short
                 self._new_checkpoint()
                 continue
@@ -412,7 +362,7 @@ class _Driver:
             log.warning("flow %s: query failed (%s); restarting from its checkpoint in %.0f s",
                         self.flow.name, _first_line(error), pause)
             self.stop_requested.wait(pause)
-            self.held_due = self.incarnations_due = 0.0  # the failure may be a topic gone on either side
+            self.topics.look_again()  # the failure may be a topic gone on either side
             pause = self._recover(pause)
             pause = min(pause * 2, 60.0) if self.metrics.batches == batches_before else 2.0
 
@@ -576,7 +526,7 @@ class _Driver:
 
     def _starting_offsets(self, reset: str) -> str:
         """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
-        if (self.checkpoint / "offsets").is_dir() or not (self.state.upstream_next or self.recreated):
+        if (self.checkpoint / "offsets").is_dir() or not (self.state.upstream_next or self.topics.recreated):
             return "latest" if reset.strip().lower() == "latest" else "earliest"
         matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
         counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
@@ -584,7 +534,7 @@ class _Driver:
         offsets: dict[str, dict[str, int]] = {}
         for topic, n in counts.items():
             if matches(topic):
-                fallback = -2 if topic in self.recreated else default
+                fallback = -2 if topic in self.topics.recreated else default
                 offsets[topic] = {str(p): self.state.upstream_next.get((topic, p), fallback) for p in range(n)}
         return json.dumps(offsets)
 
@@ -622,23 +572,11 @@ class _Driver:
         begun = time.monotonic()
         self.writes.confirm_lease()
         ends = self._batch_ends(batch_id)
-        counts: dict[str, int] = {}
-        for topic, partition in ends:
-            counts[topic] = max(counts.get(topic, 0), partition + 1)
-        replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t)}
-        flow_topics = set(replicated)  # held ones included: their partitions are still the flow's
-        grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
-        self._hold_gone_remotes(replicated, grown)  # before anything could create a deleted remote topic again
-        replicated = {t: n for t, n in replicated.items() if t not in self.state.held}
-        grown = {t: n for t, n in grown.items() if t not in self.state.held}
-        if grown:
-            admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, grown)
-            self.ready.update(grown)
-        self._recreated_check(ends, replicated)
+        flow_topics, replicated = self.topics.prepare_batch(ends)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
         begins = self._lingered({**self.state.upstream_next, **self._previous_ends(batch_id)})
-        self._refuse_loss(ends, replicated, begins)
+        self.topics.refuse_loss(ends, replicated, begins)
         # A stuck partition is written only by a batch that starts at its position (a query from a new checkpoint).
         paused = self.state.paused(begins)
         # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
@@ -666,12 +604,12 @@ class _Driver:
                 self.metrics.hold(r["topic"], self.state.held[r["topic"]], r["filtered"])
         rows = [r for r in rows if r["topic"] not in self.state.held]
         summaries = [PartitionSummary.of(r) for r in rows]
-        lost = self._losses(ends, summaries, replicated, begins)
+        lost = self.topics.losses(ends, summaries, replicated, begins)
         moving, first_positions = self._settle_stuck(summaries, spec.paused)
         settled = {s.tp for s in moving}
         rows = [r for r in rows if (r["topic"], r["partition"]) in settled]
         self.state.fold(moving)
-        records = self._prune() + self.state.anchor_writes() + lost + first_positions
+        records = self.topics.prune() + self.state.anchor_writes() + lost + first_positions
         # Batches that held no visible record (markers, aborted ones) move on too, and so does a stuck partition
         # tried again whose batch held nothing visible (it is not paused again).
         quiet_positions, released = self.state.move_quiet(ends, replicated, spec.paused)
@@ -748,114 +686,6 @@ class _Driver:
                      "written again from their positions", self.flow.name, settled.aborted)
         return settled.moving, settled.first_positions
 
-    def _hold_gone_remotes(self, replicated: Mapping[str, int], grown: Mapping[str, int]) -> None:
-        """Hold the topics whose remote topic was deleted, or re-created (its end fell below where the flow's next
-        record would land), on the target after the flow wrote to it: nothing of them is written and their
-        positions stay, so no remote topic is created again behind the operator's back and no offset sync points
-        into a topic that no longer holds the copies. `mirrorflow reset` releases a topic (at the next start).
-        Looked at for topics new to this run and every prune interval."""
-        due = time.monotonic() >= self.held_due
-        if due:
-            self.held_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
-        written = {tp: d for tp, d in self.state.downstream_next.items() if d >= 0}
-        looked = {t for t in replicated if t not in self.state.held and (due or t in grown)
-                  and any(tp[0] == t for tp in written)}
-        if not looked:
-            return
-        remote = {t: self.flow.policy.remote_topic(self.flow.source, t) for t in looked}
-        counts, _ = admin_sync.partition_counts(self.link.target_admin, self.link.target.alias)
-        if any(remote[t] not in counts for t in looked):  # a second look: one broker's stale metadata holds nothing
-            self.stop_requested.wait(2.0)
-            counts, _ = admin_sync.partition_counts(self.link.target_admin, self.link.target.alias)
-        gone = {t: f"remote topic {remote[t]} deleted on {self.flow.target}" for t in looked if remote[t] not in counts}
-        for (t, p) in sorted(written):
-            if t in looked and t not in gone and p >= counts[remote[t]]:
-                gone[t] = f"remote topic {remote[t]} re-created on {self.flow.target} with fewer partitions ({p} gone)"
-        present = [(remote[tp[0]], tp[1]) for tp in written if tp[0] in looked and tp[0] not in gone]
-        ends = admin_sync.offsets(self.link.target_admin, self.link.target.alias, present,
-                                  OffsetSpec.latest(), available_within=5.0)  # type: ignore[no-untyped-call]
-        for (t, p), d in sorted(written.items()):  # a partition without a leader now is judged at the next look
-            end = ends.get((remote.get(t, ""), p))
-            if t in looked and t not in gone and end is not None and end < d:
-                gone[t] = (f"remote topic {remote[t]} re-created or truncated on {self.flow.target} (partition {p} "
-                           f"ends at {end}, the flow's next copy would land at {d})")
-        for t, why in sorted(gone.items()):
-            self.state.hold(t, why)
-            self.metrics.hold(t, why, 0)
-            log.warning("flow %s: %s: %s is HELD, nothing of it written, its positions kept; to mirror it into a "
-                        "new %s: mirrorflow reset --flow %s --topic %s --to earliest (or the offset to start at), "
-                        "then start the flow", self.flow.name, why, t, remote[t], self.flow.name, t)
-
-    def _recreated_check(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int]) -> None:
-        """Before anything is written: topics re-created on the source (Kafka's topic ID changed) lose their old
-        state, and the query restarts from a new checkpoint, reading them from their earliest offset. Looked at for
-        new topics, for partitions whose offsets went backwards, and for every topic each prune interval."""
-        if time.monotonic() >= self.incarnations_due:
-            interval = self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
-            self.incarnations_due = time.monotonic() + interval
-            looked = set(replicated)
-        else:
-            looked = {t for t in replicated if t not in self.state.incarnations}
-            looked |= {tp[0] for tp, end in ends.items()
-                       if tp[0] in replicated and end < self.state.upstream_next.get(tp, -1)}
-        recreated = self._incarnations(looked)
-        if recreated:
-            raise OperationalError(f"{_RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
-
-    def _refuse_loss(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int],
-                     begins: Mapping[tuple[str, int], int]) -> None:
-        """Before anything is written: stop the flow if a topic of `mirrorflow.data-loss.fail.topics` lost records
-        below where the batch resumes (only those topics' log starts are read, once per batch)."""
-        watched = [tp for tp, end in ends.items() if tp[0] in replicated and self.flow.data_loss_fails.selects(tp[0])
-                   and begins.get(tp, -1) >= 0 and end > begins[tp]]
-        if not watched:
-            return
-        starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, watched,
-                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
-        for tp in sorted(watched):
-            if starts[tp] > begins[tp]:
-                self._fail_on_loss(tp, begins[tp], min(starts[tp], ends[tp]))
-
-    def _fail_on_loss(self, tp: tuple[str, int], position: int, end: int) -> None:
-        line = _loss_line(self.flow, tp, position, end)
-        self.metrics.set_state("failed", line)
-        raise OperationalError(f"{FATAL}{line}; the flow stops, as mirrorflow.data-loss.fail.topics asks for "
-                               f"{tp[0]} (to go on, take the topic out of it and start the flow: the loss is "
-                               "recorded)")
-
-    def _losses(self, ends: Mapping[tuple[str, int], int], summaries: list[PartitionSummary],
-                replicated: Mapping[str, int], begins: Mapping[tuple[str, int], int]) -> list[Loss]:
-        """The partitions whose batch skipped records the source deleted before the flow read them (Spark's source,
-        told not to fail, moves on to the log start): their updated loss records. Called before the positions
-        move; raises (fatal) when a loss hits a topic of `mirrorflow.data-loss.fail.topics`."""
-        first_read = {s.tp: s.first_offset for s in summaries if s.first_offset is not None}
-        gaps = {}
-        for tp, end in ends.items():
-            position = begins.get(tp)
-            if tp[0] in replicated and position is not None and position >= 0:
-                resumed = first_read.get(tp, end)  # no record read: the batch ends where the partition resumes
-                if resumed > position:  # a gap: transaction markers, compaction or deleted records
-                    gaps[tp] = (position, resumed)
-        starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, list(gaps),
-                                    OffsetSpec.earliest()) if gaps else {}  # type: ignore[no-untyped-call]
-        lost = [(tp, position, min(resumed, starts[tp])) for tp, (position, resumed) in sorted(gaps.items())]
-        # Records deleted while a task read its range (the copier saw the log start pass it): exact ranges.
-        lost += [(s.tp, b, e) for s in summaries if s.tp[0] in replicated for b, e in s.gaps]
-        out: list[Loss] = []
-        for tp, position, end in lost:
-            if end <= position:
-                continue
-            if self.flow.data_loss_fails.selects(tp[0]):  # deleted after _refuse_loss looked
-                self._fail_on_loss(tp, position, end)
-            loss = self.state.add_loss(tp, position, end)
-            if loss is None:
-                continue  # a replayed batch: already recorded
-            log.warning("%s; mirroring goes on from %d (loss recorded in the offset syncs, status and metrics)",
-                        _loss_line(self.flow, tp, position, end), end)
-            self.metrics.observe_loss(tp, end - position)
-            out = [o for o in out if (o.topic, o.partition) != tp] + [loss]
-        return out
-
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
               paused: frozenset[tuple[str, int]], behind: bool) -> WriterSpec:
         local = str(self.spark.sparkContext.master).startswith("local")
@@ -903,11 +733,6 @@ def _progress_time(progress: Mapping[str, Any]) -> float | None:
         return datetime.fromisoformat(str(progress["timestamp"])).timestamp()
     except (KeyError, ValueError):
         return None
-
-
-def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:
-    return (f"flow {flow.name}: DATA LOSS on {flow.source} {tp[0]}-{tp[1]}: offsets {position}..{end - 1} "
-            f"({end - position} records) were deleted on the source before the flow read them")
 
 
 def _fatal_message(error: str) -> str | None:
