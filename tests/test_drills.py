@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 from mirrorflow.dev import local, netfaults
-from mirrorflow.jobs.stream import stall_after_s
+from mirrorflow.jobs.stream_progress import stall_after_s
 from mirrorflow.model import config
 from mirrorflow.status import metrics
 from support.dr_drill import Drill, Move, Scheduler, drill_config, rss_mib, run_dag, verdict

@@ -151,7 +151,7 @@ def test_mirrored_through_is_unknown_before_a_complete_batch_and_holds_back_for_
 
 def test_a_batch_is_a_stall_after_its_linger_and_five_times_the_recent_mean_past_it_never_before_five_seconds(
 ) -> None:
-    from mirrorflow.jobs.stream import stall_after_s
+    from mirrorflow.jobs.stream_progress import stall_after_s
 
     assert stall_after_s(0.0) == stall_after_s(400.0) == 5.0
     assert stall_after_s(3000.0) == 15.0

@@ -1,13 +1,14 @@
 """The mirror stream's driver: one Structured Streaming query per flow, supervised until stopped.
 
-Per micro-batch (Spark's Kafka source, `subscribePattern` covering the flow's topics, headers on):
-  1. read the batch's end offsets from the query's offset log: every source partition in the batch;
-  2. create or grow the remote topics of partitions not seen before (before any record is written);
-  3. mirror the batch in one task per core (stream_writer), each writing several source partitions in turn, one
+Per micro-batch (the flow's range source: Spark plans per-partition ranges, rules/batch_plan):
+  1. read the batch's end offsets from the query's offset log (stream_checkpoint);
+  2. create or grow the remote topics of partitions not seen before, before any record is written; hold topics
+     whose remote topic went, drop the state of source topics re-created (topic_changes);
+  3. copy the batch in one task per slot, consumer to producer inside the Python worker (spark/copier), one
      summary row back per partition;
-  4. fold the summaries into the flow's positions, offset-sync anchors (anchors.py) and metrics; write the
-     anchors that changed. Every minute, drop the anchors no offset still on the source needs and the
-     state of topics deleted on the source.
+  4. fold the summaries into the flow's state (rules/flow_state: positions, anchors, losses, stuck partitions)
+     and metrics; write the offset-sync records it returns. Every minute, drop the anchors no offset still on
+     the source needs and the state of topics deleted on the source.
 Data loss (records the source deleted before the flow read them: retention during an outage, deleteRecords
 on a Kafka Streams repartition topic) does not fail the query: a partition whose batch starts past its
 position, with the source's log start past it too, lost [position, log start). The loss is recorded (a loss
@@ -36,14 +37,12 @@ import json
 import logging
 import os
 import re
-import shutil
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +52,11 @@ from py4j.protocol import Py4JError
 from mirrorflow.errors import FATAL, OperationalError
 from mirrorflow.jobs import lifecycle, reset
 from mirrorflow.jobs.driver_writes import DriverWrites
+from mirrorflow.jobs.stream_checkpoint import StreamCheckpoint
+from mirrorflow.jobs.stream_digests import StreamDigests
+from mirrorflow.jobs.stream_progress import StreamProgress
 from mirrorflow.jobs.topic_changes import RECREATED, TopicChanges
-from mirrorflow.kafka import admin_sync, offset_sync_log, source_view
+from mirrorflow.kafka import admin_sync, offset_sync_log
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
@@ -64,31 +66,17 @@ from mirrorflow.rules import batch_plan, digests
 from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.flow_state import FlowState, PartitionSummary
 from mirrorflow.rules.offset_syncs import Position, Release, Writers
-from mirrorflow.spark import copier, offset_log, range_source, spark_session, stream_writer
+from mirrorflow.spark import copier, range_source, spark_session, stream_writer
 from mirrorflow.spark.stream_writer import WriterSpec
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
-_RESET_MARKER = "mirrorflow-reset"  # in the Spark checkpoint: the newest `mirrorflow reset` it starts after
 _LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
                              "FileSystemBasedCheckpointFileManager")
-_INITIAL_OFFSETS = "mirrorflow-initial-offsets.json"  # in the Spark checkpoint: its first batch's start (S1)
-_POSITIONS = "mirrorflow-positions.json"  # in the Spark checkpoint: where lingering batches got to (S4)
 _LEASE_REGAINED = "lease regained"
 _RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
-STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
-
-
-def stall_after_s(batch_ms_mean: float, linger_ms: int = 0) -> float:
-    """How long a batch may write before the flow is reported stalled: its linger, by design spent waiting for
-    records, plus STALL_FACTOR times the recent mean batch's time past the linger, and never less than the linger
-    plus STALL_MIN_S (a query's first batch, while Spark warms up, is never reported)."""
-    past_linger_ms = max(0.0, batch_ms_mean - linger_ms)
-    return linger_ms / 1000 + max(STALL_MIN_S, STALL_FACTOR * past_linger_ms / 1000)
-
-
 @dataclass(frozen=True)
 class StreamOptions:
     """One run's overrides; None: the flow's setting (its `mirrorflow.stream.*` and `mirrorflow.metrics.*`)."""
@@ -128,7 +116,8 @@ class _Driver:
     def __init__(self, link: FlowLink, options: StreamOptions) -> None:
         self.link, self.flow, self.options = link, link.flow, options
         self.settings = options.over(link.flow.stream)
-        self.checkpoint = options.checkpoint or metrics.flow_home(self.flow) / "checkpoint"
+        self.checkpoint = StreamCheckpoint(options.checkpoint or metrics.flow_home(self.flow) / "checkpoint",
+                                           self.flow.name)
         self.pattern = selection.subscription_pattern(self.flow)
         self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
         stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
@@ -136,17 +125,9 @@ class _Driver:
         self.state = FlowState(self.flow.number("mirrorflow.offset-syncs.anchors.max"),
                                self.flow.number("mirrorflow.offset-syncs.anchors.spacing"))
         self.first_batch_of_query = True
-        self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
-        self.stall_named = False  # the running batch's stall is reported (status, log)
-        self.ledger = digests.Ledger()
-        self.digest_producer: Any = None  # idempotent, created with the first unit
-        self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
-        # When the trigger of that batch began, and when the source's ends it reported were read at the latest
-        # (source_view V1: the start of the trigger observed before it). Wall clock.
-        self.trigger_began: float | None = None
-        self.ends_as_of: float | None = None
-        self.view = source_view.ViewWriter(link)
-        self.previous_batch: tuple[int, dict[tuple[str, int], int]] | None = None  # (id, ends) of the last batch done
+        self.digests = StreamDigests(link)
+        self.progress = StreamProgress(link, self.metrics, self.settings.linger_ms, options.log_interval_s,
+                                       options.quiet_log_interval_s)
         self.writer_slots: int | None = None  # task slots whose transactional ids were used (syncs)
         self.query_slots = 1  # task slots the running query's batches are cut into
         self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
@@ -156,7 +137,7 @@ class _Driver:
         self.server: Any = None
         self.spark: Any = None
         self.writes = DriverWrites(link, lambda: self.lease)
-        self.topics = TopicChanges(link, self.state, self.metrics, self.writes, self.ledger.forget,
+        self.topics = TopicChanges(link, self.state, self.metrics, self.writes, self.digests.forget,
                                    self.stop_requested.wait)
         self.heartbeats: HeartbeatEmitter | None = None
         self.stop_watch: lifecycle.StopWatch | None = None
@@ -186,6 +167,7 @@ class _Driver:
                           self.flow.name, host, port, exc)
         self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.settings.spark_master,
                                          self.settings.driver_memory, records_in_jvm=False)
+        self.checkpoint.spark = self.spark
         self.metrics.spark_ui = self.spark.sparkContext.uiWebUrl
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()
         mode = ("exactly-once" if self.link.exactly_once else
@@ -242,20 +224,18 @@ class _Driver:
         anchors (and tombstones)."""
         syncs = syncs or offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         records, migrated = self.state.load(syncs)
-        marker = self.checkpoint / _RESET_MARKER
-        if reset.requested_since(syncs, marker.read_text().strip() if marker.exists() else None):
+        if reset.requested_since(syncs, self.checkpoint.reset_seen()):
             assert syncs.reset is not None
-            if (self.checkpoint / "offsets").is_dir():
-                self._new_checkpoint()
+            if self.checkpoint.has_batches():
+                self.checkpoint.replace()
                 log.warning("flow %s: reset at %s: a new Spark checkpoint, at the offset syncs' positions",
                             self.flow.name, time.strftime("%Y-%m-%d %H:%M:%S UTC",
                                                           time.gmtime(syncs.reset.at_ms / 1000)))
-            self.checkpoint.mkdir(parents=True, exist_ok=True)
-            marker.write_text(str(syncs.reset.at_ms))
-        behind = sorted(tp for tp, end in offset_log.committed_ends(self.checkpoint).items()
+            self.checkpoint.mark_reset(syncs.reset.at_ms)
+        behind = sorted(tp for tp, end in self.checkpoint.committed_ends().items()
                         if 0 <= self.state.upstream_next.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
         if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
-            self._new_checkpoint()
+            self.checkpoint.replace()
             log.warning("flow %s: the Spark checkpoint is past the offset syncs' positions of %d partition(s) (e.g. "
                         "%s-%d): a new Spark checkpoint, at the positions", self.flow.name, len(behind), *behind[0])
         for tp, loss in self.state.losses.items():
@@ -263,7 +243,7 @@ class _Driver:
         self.writes.write(records)
         known = {t for t, _ in self.state.upstream_next} | set(self.state.incarnations)
         if self.topics.incarnations(known) and self.checkpoint.exists():
-            self._new_checkpoint()  # Spark's checkpoint holds the old incarnation's offsets
+            self.checkpoint.replace()  # Spark's checkpoint holds the old incarnation's offsets
         if migrated:
             log.info("flow %s: %d offset-sync runs of an older version turned into anchors", self.flow.name, migrated)
 
@@ -271,7 +251,7 @@ class _Driver:
         """After a failed query: if topics the query read were deleted on the source (Spark fails on every restart
         from a checkpoint that names them), forget them and start a new Spark checkpoint from the offset syncs'
         positions, which say exactly where each partition resumes. True if it did."""
-        known = {t for t, _ in self.state.upstream_next} | set(self._checkpoint_topics())
+        known = {t for t, _ in self.state.upstream_next} | set(self.checkpoint.topics())
         looks = []
         for attempt in range(2):
             counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
@@ -282,25 +262,10 @@ class _Driver:
         if not gone:
             return False
         self.writes.write(self.topics.drop(gone))
-        self._new_checkpoint()
+        self.checkpoint.replace()
         log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
                     "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
         return True
-
-    def _new_checkpoint(self) -> None:
-        """Start the next query from a new Spark checkpoint: at the offset syncs' positions (exact per partition),
-        and at the earliest offset for re-created topics."""
-        replaced = self.checkpoint.with_name(f"{self.checkpoint.name}.before-{int(time.time() * 1000)}")
-        if self.checkpoint.exists():
-            self.checkpoint.rename(replaced)
-            if (replaced / _RESET_MARKER).exists():
-                self.checkpoint.mkdir(parents=True)
-                (replaced / _RESET_MARKER).rename(self.checkpoint / _RESET_MARKER)
-            shutil.rmtree(replaced, ignore_errors=True)
-
-    def _checkpoint_topics(self) -> list[str]:
-        ids = offset_log.batch_ids(self.checkpoint)
-        return sorted({t for t, _ in self._batch_ends(ids[-1])}) if ids else []
 
     def _stop_requested(self, wanted: lifecycle.Requested) -> None:
         log.info("flow %s: %s; finishing the running batch, then stopping", self.flow.name, wanted.line())
@@ -309,10 +274,7 @@ class _Driver:
     def close(self) -> None:
         if self.stop_watch is not None:
             self.stop_watch.stop()
-        self._send_units(self.ledger.drain())  # folded in only from batches done: true whatever stopped the stream
-        if self.digest_producer is not None and self.digest_producer.flush(10):
-            log.warning("flow %s: some digest units did not reach %s (the audit reads both sides there)",
-                        self.flow.name, self.link.digests_topic)
+        self.digests.close()
         if self.heartbeats is not None:
             self.heartbeats.stop()
         if self.lease is not None:
@@ -326,8 +288,8 @@ class _Driver:
             self.server.shutdown()
         if self.metrics.state == "running":
             self.metrics.set_state("stopped")
-        metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
-        self.view.close()
+        self.progress.write_status()
+        self.progress.close()
 
     # -- supervision ---------------------------------------------------------------------------
 
@@ -344,7 +306,7 @@ class _Driver:
                 continue
             if RECREATED in error or error is _RETRY_STUCK:
                 pause = self._recover(pause)  # the stop may have cut a batch short
-                self._new_checkpoint()
+                self.checkpoint.replace()
                 continue
             fatal = _fatal_message(error)
             if fatal:
@@ -398,8 +360,6 @@ class _Driver:
 
     def _watch(self, query: Any) -> str | None:
         """Wait until the query fails (its error) or a stop is requested (None)."""
-        last_status = last_log = time.monotonic()
-        logged: tuple[Any, ...] | None = None
         while not self.stop_requested.is_set():
             if self.lease is not None and not self.lease.keep():
                 self._stop(query)
@@ -419,29 +379,11 @@ class _Driver:
             if not query.isActive:
                 exc = query.exception()
                 return str(exc) if exc is not None else "the query stopped"
-            self._check_stall()
-            self._observe_progress(query)
-            if time.monotonic() - last_status >= self.options.log_interval_s:
-                last_status = time.monotonic()
-                snapshot = self.metrics.snapshot()
-                metrics.write_status(metrics.status_file(self.flow), snapshot)
-                self._write_view(snapshot)
-                shape = metrics.progress_shape(snapshot)
-                if shape != logged or time.monotonic() - last_log >= self.options.quiet_log_interval_s:
-                    logged, last_log = shape, time.monotonic()
-                    log.info(metrics.progress_line(snapshot))
-                    self._log_batch_timing(query)
+            self.progress.tick(query, self.first_batch_of_query)
             time.sleep(0.5)
         self.clean_stop = self._stop(query)
         self.metrics.set_state("stopped")
         return None
-
-    def _write_view(self, snapshot: Mapping[str, Any]) -> None:
-        """The source's ends as last read, on the target for a runbook that finds the source gone (source_view)."""
-        ends = self.metrics.source_ends()
-        if self.ends_as_of is None or not ends:
-            return
-        self.view.offer(source_view.SourceView(self.ends_as_of, ends, snapshot.get("mirrored-through")))
 
     def _stop(self, query: Any) -> bool:
         """Let a running batch finish so that its records and syncs are complete, then stop; True if no batch was
@@ -463,33 +405,6 @@ class _Driver:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: self.stop_requested.set())
 
-    def _log_batch_timing(self, query: Any) -> None:
-        progress = query.lastProgress
-        if progress and progress.get("durationMs"):
-            parts = ", ".join(f"{k} {v}" for k, v in sorted(progress["durationMs"].items()) if v)
-            log.info("flow %s: last batch %s (%s rows) took ms: %s", self.flow.name, progress.get("batchId"),
-                     progress.get("numInputRows"), parts)
-
-    def _observe_progress(self, query: Any) -> None:
-        progress = query.lastProgress
-        if not progress or not progress.get("sources"):
-            return
-        durations = progress.get("durationMs") or {}
-        if progress.get("batchId") != self.last_progress_batch and "triggerExecution" in durations:
-            self.last_progress_batch = progress.get("batchId")
-            self.metrics.observe_trigger_overhead(durations["triggerExecution"] - durations.get("addBatch", 0))
-            self.ends_as_of, self.trigger_began = self.trigger_began, _progress_time(progress)
-        latest = progress["sources"][0].get("latestOffset")
-        try:
-            offsets = json.loads(latest) if isinstance(latest, str) else latest
-        except ValueError:
-            return
-        if isinstance(offsets, Mapping):
-            # The pattern also matches topics the flow does not replicate (internal ones): not its partitions.
-            ends = offset_log.flatten(offsets)
-            mirrored = {t for t in {t for t, _ in ends} if selection.replicates(self.flow, t)}
-            self.metrics.observe_source_ends({tp: end for tp, end in ends.items() if tp[0] in mirrored})
-
     # -- the query -----------------------------------------------------------------------------
 
     def _start_query(self) -> Any:
@@ -506,7 +421,7 @@ class _Driver:
             java_regex_to_python(self.pattern), self.link.reads_committed,
             slots=self.query_slots, max_records=self.settings.max_records_per_batch,
             starting=starting if starting in ("earliest", "latest") else json.loads(starting),
-            initial_path=str(self.checkpoint / _INITIAL_OFFSETS), positions_path=str(self.checkpoint / _POSITIONS))
+            initial_path=str(self.checkpoint.initial_offsets), positions_path=str(self.checkpoint.positions))
         self.spark.dataSource.register(range_source.source_class(plan))
         # The checkpoint is a local directory: Spark's default manager renames through Hadoop's FileContext, which
         # runs `readlink` in a new process per file (about 50 ms for each of a batch's two log entries); a plain
@@ -515,7 +430,7 @@ class _Driver:
         return (self.spark.readStream.format(range_source.NAME).load().writeStream
                 .queryName(f"mirrorflow_{self.flow.source}_{self.flow.target}")
                 .foreachBatch(self._batch)
-                .option("checkpointLocation", str(self.checkpoint))
+                .option("checkpointLocation", str(self.checkpoint.path))
                 .trigger(processingTime=f"{self.settings.trigger_ms} milliseconds")
                 .start())
 
@@ -526,7 +441,7 @@ class _Driver:
 
     def _starting_offsets(self, reset: str) -> str:
         """Used only when the checkpoint is new: resume from the offset syncs if the target has any."""
-        if (self.checkpoint / "offsets").is_dir() or not (self.state.upstream_next or self.topics.recreated):
+        if self.checkpoint.has_batches() or not (self.state.upstream_next or self.topics.recreated):
             return "latest" if reset.strip().lower() == "latest" else "earliest"
         matches = re.compile(java_regex_to_python(self.pattern)).fullmatch
         counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
@@ -539,43 +454,20 @@ class _Driver:
         return json.dumps(offsets)
 
     def _batch(self, df: Any, batch_id: int) -> None:
-        began = self.batch_began = time.monotonic()
+        began = self.progress.batch_started()
         try:
             self._mirror_batch(df, batch_id)
         finally:
-            self.batch_began = None
-            if self.stall_named:
-                self.stall_named = False
-                log.info("flow %s: stall over: batch %d finished after %.0f s", self.flow.name, batch_id,
-                         time.monotonic() - began)
-                if self.metrics.state == "stalled":
-                    self.metrics.set_state("running")
-                metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
-
-    def _check_stall(self) -> None:
-        """Name a batch that has been writing for longer than `stall_after_s` (the target not taking records: a
-        leader moving, brokers down), in the status and the log, at once; `_batch` names its end."""
-        began = self.batch_began
-        if began is None or self.stall_named or self.first_batch_of_query:
-            return
-        limit = stall_after_s(self.metrics.batch_ms_mean(), self.settings.linger_ms)
-        if time.monotonic() - began < limit or self.metrics.state != "running":
-            return
-        self.stall_named = True
-        why = (f"a batch has been writing to {self.flow.target} for more than {limit:.0f} s (a partition leader "
-               "moving, brokers down?); it goes on by itself")
-        log.warning("flow %s: STALLED: %s", self.flow.name, why)
-        self.metrics.set_state("stalled", why)
-        metrics.write_status(metrics.status_file(self.flow), self.metrics.snapshot())
+            self.progress.batch_ended(batch_id, began)
 
     def _mirror_batch(self, df: Any, batch_id: int) -> None:
         begun = time.monotonic()
         self.writes.confirm_lease()
-        ends = self._batch_ends(batch_id)
+        ends = self.checkpoint.batch_ends(batch_id)
         flow_topics, replicated = self.topics.prepare_batch(ends)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
-        begins = self._lingered({**self.state.upstream_next, **self._previous_ends(batch_id)})
+        begins = self._lingered({**self.state.upstream_next, **self.checkpoint.previous_ends(batch_id)})
         self.topics.refuse_loss(ends, replicated, begins)
         # A stuck partition is written only by a batch that starts at its position (a query from a new checkpoint).
         paused = self.state.paused(begins)
@@ -618,11 +510,11 @@ class _Driver:
         quiet = {(p.topic, p.partition): p.upstream_next for p in quiet_positions}
         self.writes.write([*records, *quiet_positions])
         if spec.linger_until is not None:  # range_source S4: the next batch is admitted from where this one got to
-            range_source.write_positions(self.checkpoint / _POSITIONS, {
+            self.checkpoint.write_positions({
                 tp: at for tp, end in ends.items() if (at := self.state.upstream_next.get(tp, end)) > end})
-        self._record_digests(rows, begins, ends, quiet)
+        self.digests.record(rows, begins, ends, quiet)
         self.first_batch_of_query = False
-        self.previous_batch = (batch_id, ends)
+        self.checkpoint.done(batch_id, ends)
         for r in rows:
             if r["refused"] and not self.metrics.refused((r["topic"], r["partition"])):
                 log.warning("flow %s: %s-%d: %d record(s) refused from offset %d on: a provenance header says they "
@@ -633,37 +525,6 @@ class _Driver:
         self.metrics.observe([r for r in rows if r["topic"] in flow_topics], read_all=not behind)
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
-
-    def _record_digests(self, rows: list[dict[str, Any]], begins: Mapping[tuple[str, int], int],
-                        ends: Mapping[tuple[str, int], int], quiet: Mapping[tuple[str, int], int]) -> None:
-        """Fold the batch's settled partitions into the digest ledger and send the units it emits (digests.py).
-        Best effort: a unit lost to a crash leaves a gap the audit reads both sides for."""
-        now = time.monotonic()
-        units: list[digests.Unit] = []
-        for r in rows:
-            tp = (r["topic"], r["partition"])
-            begin = begins.get(tp, r["first_offset"])
-            if begin is None or r["stuck"] or r["aborted"]:
-                continue
-            cells = [digests.CellDigest(*c) for c in zip(r["digest_cells"], r["digest_records"], r["digest_refused"],
-                                                         r["digest_xors"], r["digest_target_firsts"], strict=True)]
-            units += self.ledger.add(tp, begin, max(ends.get(tp, -1), r["upstream_next"]), cells, now)
-        written = {(r["topic"], r["partition"]) for r in rows}
-        for tp, end in quiet.items():  # no record of the batch (or its trailing markers, covered above)
-            if tp in begins and tp not in written:
-                units += self.ledger.add(tp, begins[tp], end, [], now)
-        self._send_units(units + self.ledger.due(now))
-
-    def _send_units(self, units: list[digests.Unit]) -> None:
-        if not units:
-            return
-        if self.digest_producer is None:
-            self.digest_producer = self.link.target_producer(**{
-                "acks": "all", "enable.idempotence": True, "linger.ms": 100, "compression.type": "lz4"})
-        for u in units:
-            key, value = u.encode()
-            self.digest_producer.produce(self.link.digests_topic, value, key)
-        self.digest_producer.poll(0)
 
     def _settle_stuck(self, summaries: list[PartitionSummary], paused: frozenset[tuple[str, int]]
                       ) -> tuple[list[PartitionSummary], list[Position]]:
@@ -699,40 +560,18 @@ class _Driver:
             behind=behind,
             batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
 
-    def _previous_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
-        """Where batch `batch_id` starts: the previous batch's ends, kept from it, else (the first batch of a
-        restarted query) read from the offset log; {} for a checkpoint's first batch."""
-        if self.previous_batch is not None and self.previous_batch[0] == batch_id - 1:
-            return self.previous_batch[1]
-        if batch_id > 0 and (self.checkpoint / "offsets" / str(batch_id - 1)).exists():
-            return self._batch_ends(batch_id - 1)
-        return {}
-
     def _batch_starts(self, batch_id: int) -> dict[tuple[str, int], int]:
         """Where the batch reads from: Spark's start of it (the previous batch's ends, or the first batch's kept
         start), and for a partition Spark has no start of, its position (a checkpoint of an older version), else
         none: it is new, and its first batch ends at its log start (batch_plan P2)."""
-        spark_starts = (self._previous_ends(batch_id) if batch_id > 0 else
-                        range_source.read_initial(self.checkpoint / _INITIAL_OFFSETS) or {})
-        return {**{tp: p for tp, p in self.state.upstream_next.items() if p >= 0}, **spark_starts}
+        return {**{tp: p for tp, p in self.state.upstream_next.items() if p >= 0},
+                **self.checkpoint.spark_starts(batch_id)}
 
     def _lingered(self, starts: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """`starts` moved up to the positions the previous batch's lingering tasks reached past its ends (copier
         C6). Not for a query's first batch: positions reloaded from the offset syncs may be past a gap the driver
         has not recorded yet (the writer skips what the target holds)."""
         return dict(starts) if self.first_batch_of_query else batch_plan.resumed(starts, self.state.upstream_next)
-
-    def _batch_ends(self, batch_id: int) -> dict[tuple[str, int], int]:
-        """The batch's end offsets, from the offset log Spark wrote before running it."""
-        return offset_log.batch_ends(self.spark, self.checkpoint, batch_id, self.flow.name)
-
-
-def _progress_time(progress: Mapping[str, Any]) -> float | None:
-    """When a query progress's trigger began (wall clock), None if it does not say."""
-    try:
-        return datetime.fromisoformat(str(progress["timestamp"])).timestamp()
-    except (KeyError, ValueError):
-        return None
 
 
 def _fatal_message(error: str) -> str | None:

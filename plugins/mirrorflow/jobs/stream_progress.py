@@ -1,0 +1,142 @@
+"""What the stream's driver learns of its running query and tells the operator, from its watch loop: Spark's
+progress (the trigger's own time, the source's ends and when they were read), stalls named while they last, and
+every `log_interval_s` the status file, the source view and a progress line (sooner when its shape changes)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from mirrorflow.kafka import source_view
+from mirrorflow.kafka.link import FlowLink
+from mirrorflow.model import selection
+from mirrorflow.spark import offset_log
+from mirrorflow.status import metrics
+
+log = logging.getLogger(__name__)
+
+STALL_MIN_S, STALL_FACTOR = 5.0, 5.0  # see stall_after_s
+
+
+def stall_after_s(batch_ms_mean: float, linger_ms: int = 0) -> float:
+    """How long a batch may write before the flow is reported stalled: its linger, by design spent waiting for
+    records, plus STALL_FACTOR times the recent mean batch's time past the linger, and never less than the linger
+    plus STALL_MIN_S (a query's first batch, while Spark warms up, is never reported)."""
+    past_linger_ms = max(0.0, batch_ms_mean - linger_ms)
+    return linger_ms / 1000 + max(STALL_MIN_S, STALL_FACTOR * past_linger_ms / 1000)
+
+
+class StreamProgress:
+    def __init__(self, link: FlowLink, flow_metrics: metrics.FlowMetrics, linger_ms: int, log_interval_s: float,
+                 quiet_log_interval_s: float) -> None:
+        self.flow, self.metrics, self.linger_ms = link.flow, flow_metrics, linger_ms
+        self.log_interval_s, self.quiet_log_interval_s = log_interval_s, quiet_log_interval_s
+        self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
+        self.stall_named = False  # the running batch's stall is reported (status, log)
+        self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
+        # When the trigger of that batch began, and when the source's ends it reported were read at the latest
+        # (source_view V1: the start of the trigger observed before it). Wall clock.
+        self.trigger_began: float | None = None
+        self.ends_as_of: float | None = None
+        self.view = source_view.ViewWriter(link)
+        self.last_status = self.last_log = time.monotonic()
+        self.logged: tuple[Any, ...] | None = None  # the shape of the last progress line
+
+    def batch_started(self) -> float:
+        self.batch_began = time.monotonic()
+        return self.batch_began
+
+    def batch_ended(self, batch_id: int, began: float) -> None:
+        """Names the end of a stall the batch was reported in."""
+        self.batch_began = None
+        if self.stall_named:
+            self.stall_named = False
+            log.info("flow %s: stall over: batch %d finished after %.0f s", self.flow.name, batch_id,
+                     time.monotonic() - began)
+            if self.metrics.state == "stalled":
+                self.metrics.set_state("running")
+            self.write_status()
+
+    def tick(self, query: Any, first_batch_of_query: bool) -> None:
+        """One turn of the watch loop."""
+        self._check_stall(first_batch_of_query)
+        self._observe(query)
+        if time.monotonic() - self.last_status >= self.log_interval_s:
+            self.last_status = time.monotonic()
+            snapshot = self.write_status()
+            self._write_view(snapshot)
+            shape = metrics.progress_shape(snapshot)
+            if shape != self.logged or time.monotonic() - self.last_log >= self.quiet_log_interval_s:
+                self.logged, self.last_log = shape, time.monotonic()
+                log.info(metrics.progress_line(snapshot))
+                self._log_batch_timing(query)
+
+    def write_status(self) -> Mapping[str, Any]:
+        snapshot = self.metrics.snapshot()
+        metrics.write_status(metrics.status_file(self.flow), snapshot)
+        return snapshot
+
+    def close(self) -> None:
+        self.view.close()
+
+    def _check_stall(self, first_batch_of_query: bool) -> None:
+        """Name a batch that has been writing for longer than `stall_after_s` (the target not taking records: a
+        leader moving, brokers down), in the status and the log, at once; `batch_ended` names its end."""
+        began = self.batch_began
+        if began is None or self.stall_named or first_batch_of_query:
+            return
+        limit = stall_after_s(self.metrics.batch_ms_mean(), self.linger_ms)
+        if time.monotonic() - began < limit or self.metrics.state != "running":
+            return
+        self.stall_named = True
+        why = (f"a batch has been writing to {self.flow.target} for more than {limit:.0f} s (a partition leader "
+               "moving, brokers down?); it goes on by itself")
+        log.warning("flow %s: STALLED: %s", self.flow.name, why)
+        self.metrics.set_state("stalled", why)
+        self.write_status()
+
+    def _write_view(self, snapshot: Mapping[str, Any]) -> None:
+        """The source's ends as last read, on the target for a runbook that finds the source gone (source_view)."""
+        ends = self.metrics.source_ends()
+        if self.ends_as_of is None or not ends:
+            return
+        self.view.offer(source_view.SourceView(self.ends_as_of, ends, snapshot.get("mirrored-through")))
+
+    def _log_batch_timing(self, query: Any) -> None:
+        progress = query.lastProgress
+        if progress and progress.get("durationMs"):
+            parts = ", ".join(f"{k} {v}" for k, v in sorted(progress["durationMs"].items()) if v)
+            log.info("flow %s: last batch %s (%s rows) took ms: %s", self.flow.name, progress.get("batchId"),
+                     progress.get("numInputRows"), parts)
+
+    def _observe(self, query: Any) -> None:
+        progress = query.lastProgress
+        if not progress or not progress.get("sources"):
+            return
+        durations = progress.get("durationMs") or {}
+        if progress.get("batchId") != self.last_progress_batch and "triggerExecution" in durations:
+            self.last_progress_batch = progress.get("batchId")
+            self.metrics.observe_trigger_overhead(durations["triggerExecution"] - durations.get("addBatch", 0))
+            self.ends_as_of, self.trigger_began = self.trigger_began, _progress_time(progress)
+        latest = progress["sources"][0].get("latestOffset")
+        try:
+            offsets = json.loads(latest) if isinstance(latest, str) else latest
+        except ValueError:
+            return
+        if isinstance(offsets, Mapping):
+            # The pattern also matches topics the flow does not replicate (internal ones): not its partitions.
+            ends = offset_log.flatten(offsets)
+            mirrored = {t for t in {t for t, _ in ends} if selection.replicates(self.flow, t)}
+            self.metrics.observe_source_ends({tp: end for tp, end in ends.items() if tp[0] in mirrored})
+
+
+def _progress_time(progress: Mapping[str, Any]) -> float | None:
+    """When a query progress's trigger began (wall clock), None if it does not say."""
+    try:
+        return datetime.fromisoformat(str(progress["timestamp"])).timestamp()
+    except (KeyError, ValueError):
+        return None
