@@ -44,7 +44,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
@@ -75,8 +75,6 @@ log = logging.getLogger(__name__)
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
 _LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
                              "FileSystemBasedCheckpointFileManager")
-_LEASE_REGAINED = "lease regained"
-_RETRY_STUCK = "paused partitions due"  # a new Spark checkpoint at the positions, then go on
 @dataclass(frozen=True)
 class StreamOptions:
     """One run's overrides; None: the flow's setting (its `mirrorflow.stream.*` and `mirrorflow.metrics.*`)."""
@@ -299,30 +297,28 @@ class _Driver:
             batches_before = self.metrics.batches
             query = self._start_query()
             self.metrics.set_state("running")
-            error = self._watch(query)
-            if error is None:
+            end = self._watch(query)
+            if end.kind == "stopped":
                 return
-            if error is _LEASE_REGAINED:
+            if end.kind == "lease regained":
                 continue
-            if RECREATED in error or error is _RETRY_STUCK:
+            if end.kind == "new checkpoint":
                 pause = self._recover(pause)  # the stop may have cut a batch short
                 self.checkpoint.replace()
                 continue
-            fatal = _fatal_message(error)
-            if fatal:
-                self.metrics.set_state("failed", fatal)
-                raise OperationalError(fatal)
+            if end.kind == "fatal":
+                self.metrics.set_state("failed", end.detail)
+                raise OperationalError(end.detail)
             if self._deleted_topics_reset():
                 pause = self._recover(pause)
                 continue
             failures = failures + 1 if self.metrics.batches == batches_before else 1
             if failures >= _GIVE_UP_AFTER:
-                self.metrics.set_state("failed", _first_line(error))
-                raise OperationalError(f"flow {self.flow.name}: stopped after {failures} failed starts: "
-                                       f"{_first_line(error)}")
-            self.metrics.set_state("restarting", _first_line(error))
+                self.metrics.set_state("failed", end.detail)
+                raise OperationalError(f"flow {self.flow.name}: stopped after {failures} failed starts: {end.detail}")
+            self.metrics.set_state("restarting", end.detail)
             log.warning("flow %s: query failed (%s); restarting from its checkpoint in %.0f s",
-                        self.flow.name, _first_line(error), pause)
+                        self.flow.name, end.detail, pause)
             self.stop_requested.wait(pause)
             self.topics.look_again()  # the failure may be a topic gone on either side
             pause = self._recover(pause)
@@ -343,10 +339,10 @@ class _Driver:
                     self._reload_positions()
                 break
             except (OperationalError, KafkaException) as exc:  # the target may still be down, as for a failed start
-                fatal = _fatal_message(str(exc))
-                if fatal:  # another instance holds the lease
-                    self.metrics.set_state("failed", fatal)
-                    raise OperationalError(fatal) from None
+                end = query_end(str(exc))
+                if end.kind == "fatal":  # another instance holds the lease
+                    self.metrics.set_state("failed", end.detail)
+                    raise OperationalError(end.detail) from None
                 log.warning("%s; trying again in %.0f s", exc, pause)
                 self.stop_requested.wait(pause)
                 pause = min(pause * 2, 60.0)
@@ -358,8 +354,9 @@ class _Driver:
         syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         self.writes.write(self.state.adopt_positions(syncs.positions))
 
-    def _watch(self, query: Any) -> str | None:
-        """Wait until the query fails (its error) or a stop is requested (None)."""
+    def _watch(self, query: Any) -> QueryEnd:
+        """Wait until the query fails, a stop is requested, the lease was lost (and is held again), or paused
+        partitions are due (a new checkpoint at the positions tries them)."""
         while not self.stop_requested.is_set():
             if self.lease is not None and not self.lease.keep():
                 self._stop(query)
@@ -369,21 +366,21 @@ class _Driver:
                 self.lease.regain()
                 self._take_over(fresh=False)  # another instance or a reset may have held it meanwhile
                 self.state.retry_stuck_now()  # the target is back: try paused partitions at once
-                return _LEASE_REGAINED
+                return QueryEnd("lease regained")
             due = self.state.stuck_due(time.monotonic())
             if due:
                 log.info("flow %s: trying %d paused partition(s) again (e.g. %s-%d)", self.flow.name, len(due),
                          *due[0])
                 self._stop(query)  # no batch of this query may write them: its checkpoint is past their positions
-                return _RETRY_STUCK
+                return QueryEnd("new checkpoint")
             if not query.isActive:
                 exc = query.exception()
-                return str(exc) if exc is not None else "the query stopped"
+                return query_end(str(exc) if exc is not None else "the query stopped")
             self.progress.tick(query, self.first_batch_of_query)
             time.sleep(0.5)
         self.clean_stop = self._stop(query)
         self.metrics.set_state("stopped")
-        return None
+        return QueryEnd("stopped")
 
     def _stop(self, query: Any) -> bool:
         """Let a running batch finish so that its records and syncs are complete, then stop; True if no batch was
@@ -574,11 +571,25 @@ class _Driver:
         return dict(starts) if self.first_batch_of_query else batch_plan.resumed(starts, self.state.upstream_next)
 
 
-def _fatal_message(error: str) -> str | None:
+@dataclass(frozen=True)
+class QueryEnd:
+    """How the driver's watch of a query ended, which says what the supervisor does next: return (`stopped`), start
+    a query again (`lease regained`), from a new Spark checkpoint at the positions (`new checkpoint`), stop the
+    flow with one line (`fatal`), or restart from the checkpoint after a pause (`failed`)."""
+
+    kind: Literal["stopped", "lease regained", "new checkpoint", "fatal", "failed"]
+    detail: str = ""  # the fatal error's line, or the failed query's first line
+
+
+def query_end(error: str) -> QueryEnd:
+    """A failed query's end, from its error's text: the markers of a fatal error (errors.FATAL) and of re-created
+    source topics (topic_changes.RECREATED) cross Spark's JVM as text inside its exception."""
     at = error.find(FATAL)
-    if at < 0:
-        return None
-    return error[at + len(FATAL):].splitlines()[0].strip()
+    if at >= 0:
+        return QueryEnd("fatal", error[at + len(FATAL):].splitlines()[0].strip())
+    if RECREATED in error:
+        return QueryEnd("new checkpoint", _first_line(error))
+    return QueryEnd("failed", _first_line(error))
 
 
 def _first_line(error: str) -> str:
