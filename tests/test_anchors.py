@@ -31,7 +31,7 @@ def test_the_store_never_exceeds_its_limit_and_its_slot_writes_rebuild_it(
     compacted: dict[int, Anchor] = {}  # what the compacted topic keeps: the newest record per slot key
     for i, (first, last, replay) in enumerate(batches):
         store.record_batch(first, last, replay=replay, fresh=i == 0)
-        for slot, anchor in store.drain().items():
+        for slot, anchor in store.drain():
             if anchor is None:
                 compacted.pop(slot, None)
             else:
@@ -51,7 +51,7 @@ def test_a_smaller_limit_after_a_restart_moves_anchors_into_its_slots(
         store.record_batch(first, last, replay=replay, fresh=i == 0)
     compacted = dict(zip(store.slots, store.anchors, strict=True))
     smaller = PartitionAnchors(4, 1, compacted.items())
-    for slot, anchor in smaller.drain().items():
+    for slot, anchor in smaller.drain():
         if anchor is None:
             compacted.pop(slot, None)
         else:
@@ -91,3 +91,23 @@ def test_a_batch_first_copy_is_a_barrier_after_a_replay_or_where_another_writer_
     assert first_anchor((10, 15), 10, False, False).barrier
     # Transactional: the last batch's commit marker sits at 10, so the first copy at 11 is no sign of another writer.
     assert not first_anchor((10, 11), 10, False, True).barrier
+
+
+def test_every_prefix_of_a_prunes_writes_leaves_no_bracket_across_a_replay() -> None:
+    """A kill -9 part way through the driver's anchor writes (invariant W): the prune's tombstones go oldest first,
+    so the store never keeps an anchor before a replay's barrier and one after it without the barrier."""
+    store = PartitionAnchors(3, 1)
+    store.record_batch(Anchor(6, 0), Anchor(6, 0), replay=True, fresh=True)
+    compacted: dict[int, Anchor] = {s: a for s, a in store.drain() if a is not None}
+    store.record_batch(Anchor(7, 3), Anchor(8, 4), replay=True, fresh=False)  # (7, 3) begins a replay: a barrier
+    assert store.prune_below(9) == 2
+    writes = store.drain()
+    for k in range(len(writes) + 1):
+        kept = dict(compacted)
+        for slot, anchor in writes[:k]:
+            if anchor is None:
+                kept.pop(slot, None)
+            else:
+                kept[slot] = anchor
+        downstreams = sorted(a.downstream for a in kept.values())
+        assert not (downstreams and downstreams[0] < 3 < downstreams[-1] and 3 not in downstreams), (k, writes)

@@ -230,7 +230,7 @@ def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],
                                      flow.number("mirrorflow.offset-syncs.anchors.spacing"))
             store.record_batch(Anchor(row["first_upstream"], row["first_downstream"]),
                                Anchor(row["last_upstream"], row["last_downstream"]), replay=True, fresh=True)
-            for slot, anchor in store.drain().items():
+            for slot, anchor in store.drain():
                 record = AnchorRecord(s.topic, s.partition, slot, anchor)
                 producer.produce(syncs_topic, record.value(), record.key(), partition=0)
     if producer.flush(60) > 0:

@@ -23,6 +23,12 @@ Invariants, each tested (tests/test_anchors.py, on simulated histories with repl
      every U >= L is unchanged, and below the first anchor (no longer the origin) the answer is inexact.
   B. at most `limit` anchors, whatever the history; each has a slot in [0, limit), its record key on the
      compacted offset-syncs topic, so the topic holds at most `limit` anchors per partition.
+  W. any prefix of a drain's writes, applied to what the topic held, leaves anchors for which R holds (a crash
+     part way through the driver's writes): anchors moved into a smaller limit's slots first (copies, never
+     missing), then the tombstones of dropped anchors oldest first (pruning takes the oldest, P; thinning only
+     non-barriers, T), then the new anchors oldest first (as batches record them). A slot both dropped and given
+     a new anchor is written twice: its tombstone in its place, then the anchor; one a moved anchor took is
+     written once, with the move.
 """
 
 from __future__ import annotations
@@ -53,16 +59,20 @@ class PartitionAnchors:
         pairs = sorted(stored, key=lambda sa: sa[1].downstream)
         self.anchors: list[Anchor] = [a for _, a in pairs]
         self.slots: list[int] = [s for s, _ in pairs]
-        self._writes: dict[int, Anchor | None] = {}
+        # The slot writes since the last drain (W): anchors moved into a smaller limit's slots, slots whose anchor
+        # was dropped (with the downstream it had), and slots given an anchor.
+        self._moved: dict[int, Anchor] = {}
+        self._dropped: dict[int, int] = {}
+        self._added: dict[int, Anchor] = {}
         misplaced = [i for i, s in enumerate(self.slots) if s >= limit]
         for i in misplaced:  # a smaller limit than the one they were written with
-            self._writes[self.slots[i]] = None
+            self._dropped[self.slots[i]] = self.anchors[i].downstream
             self.slots[i] = -1
         if len(self.anchors) > limit:
             self._thin(limit)
         for i in [i for i, s in enumerate(self.slots) if s < 0]:
             self.slots[i] = self._free_slot()
-            self._writes[self.slots[i]] = self.anchors[i]
+            self._moved[self.slots[i]] = self.anchors[i]
 
     def __len__(self) -> int:
         return len(self.anchors)
@@ -95,7 +105,7 @@ class PartitionAnchors:
                        and anchor.downstream - before.downstream <= self.spacing)
             if movable:
                 self.anchors[-1] = anchor
-                self._writes[self.slots[-1]] = anchor
+                self._added[self.slots[-1]] = anchor
                 return
         self.append(anchor)
 
@@ -105,11 +115,14 @@ class PartitionAnchors:
             self._thin(max(1, self.limit - max(1, self.limit // 8)))
         self.anchors.append(anchor)
         self.slots.append(self._free_slot())
-        self._writes[self.slots[-1]] = anchor
+        self._added[self.slots[-1]] = anchor
 
     def _free_slot(self) -> int:
+        """A slot no anchor holds, if possible one whose anchor was not dropped since the last drain (W: reusing it
+        costs a tombstone before the anchor)."""
         used = set(self.slots)
-        return next(s for s in range(self.limit) if s not in used)
+        free = [s for s in range(self.limit) if s not in used]
+        return next((s for s in free if s not in self._dropped), free[0])
 
     def prune_below(self, log_start: int) -> int:
         """Drop the anchors no offset still on the source needs (invariant P); returns how many."""
@@ -154,12 +167,21 @@ class PartitionAnchors:
         if not gone:
             return 0
         for i in gone:
-            self._writes[self.slots[i]] = None
+            slot = self.slots[i]
+            if slot >= 0:  # -1: misplaced, its old slot's tombstone is written already
+                self._dropped[slot] = min(self._dropped.get(slot, self.anchors[i].downstream),
+                                          self.anchors[i].downstream)
+                self._added.pop(slot, None)
         self.anchors = [a for i, a in enumerate(self.anchors) if i not in gone]
         self.slots = [s for i, s in enumerate(self.slots) if i not in gone]
         return len(gone)
 
-    def drain(self) -> dict[int, Anchor | None]:
-        """The slot writes since the last call: an anchor, or None for a slot to tombstone."""
-        writes, self._writes = self._writes, {}
+    def drain(self) -> list[tuple[int, Anchor | None]]:
+        """The slot writes since the last call, in the order they must be written (W): an anchor, or None for a slot
+        to tombstone."""
+        writes: list[tuple[int, Anchor | None]] = [
+            (s, a) for s, a in sorted(self._moved.items(), key=lambda sa: sa[1].downstream)]
+        writes += [(s, None) for s, _ in sorted(self._dropped.items(), key=lambda sd: sd[1]) if s not in self._moved]
+        writes += [(s, a) for s, a in sorted(self._added.items(), key=lambda sa: sa[1].downstream)]
+        self._moved, self._dropped, self._added = {}, {}, {}
         return writes

@@ -156,7 +156,7 @@ class FlowState:
 
     def anchor_writes(self) -> list[SyncRecord]:
         return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
-                for slot, anchor in store.drain().items()]
+                for slot, anchor in store.drain()]
 
     def adopt_positions(self, positions: Mapping[TopicPartition, Position]) -> list[SyncRecord]:
         """Positions ahead of the state's (written by tasks of a batch whose summaries never came back): adopted with

@@ -32,6 +32,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -94,7 +95,20 @@ class RangeSource(DataSource):
         return RANGES_DDL
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        # Called only in the process Spark runs for this source's reader: its own, for its whole life.
+        sys.excepthook = _quiet_socket_closed
         return RangeReader(self.plan)
+
+
+def _quiet_socket_closed(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """The reader's process ends with Spark's query. When the JVM resets the socket instead of closing it, PySpark's
+    runner (4.x) fails flushing its goodbye and prints three tracebacks for what is a normal stop: one line instead.
+    Any other error keeps its traceback."""
+    if isinstance(exc, (BrokenPipeError, ConnectionResetError)):
+        print(f"mirrorflow: the source planner's connection to Spark closed as its query stopped ({exc})",
+              file=sys.stderr)
+        return
+    sys.__excepthook__(kind, exc, tb)
 
 
 def source_class(plan: SourcePlan) -> type[RangeSource]:
