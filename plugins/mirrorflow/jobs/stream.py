@@ -13,9 +13,8 @@ Data loss (records the source deleted before the flow read them: retention durin
 on a Kafka Streams repartition topic) does not fail the query: a partition whose batch starts past its
 position, with the source's log start past it too, lost [position, log start). The loss is recorded (a loss
 record in the offset syncs, metrics, status, one log line) and the partition goes on; for the topics of
-`mirrorflow.data-loss.fail.topics` it stops the flow instead, before the batch counts as done.
-Spark commits the batch only after step 3 returned, and step 3 returns only after the target
-acknowledged every record: the checkpoint never runs ahead of the target.
+`mirrorflow.data-loss.fail.topics` it stops the flow instead, before the batch counts as done. Spark commits the
+batch only after step 3 returned, and step 3 returns only after the target acknowledged every record.
 
 A partition the target does not take within the delivery timeout (stream_writer: no leader, a quota, a full
 disk) is *stuck*: the driver names it with its cause, pauses it (its records are not written, its position
@@ -24,10 +23,10 @@ checkpoint at the positions tries it again. Nothing is skipped: a paused partiti
 With transactional records, its task's transaction aborts with it: the task's other partitions come back
 *aborted* and are written again at once, from a new Spark checkpoint at the positions with the stuck one left out.
 
-A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker
-restart); a fatal error (a record too large, a fenced writer, a lease another instance holds) or repeated
-failures before any batch completes stop the flow with one line. Every write to the target is fenced by the
-lease (flow_lease, W1-W4): in both modes the offset syncs commit in transactions the next holder fences.
+A failed query is restarted from its checkpoint with a growing pause (a target outage, a broker restart); a fatal
+error (a record too large, a fenced writer, a lease another instance holds) or repeated failures before any batch
+completes stop the flow with one line (QueryEnd). Every write to the target is fenced by the lease (flow_lease,
+W1-W4): in both modes the offset syncs commit in transactions the next holder fences.
 """
 
 from __future__ import annotations
@@ -406,6 +405,7 @@ class _Driver:
 
     def _start_query(self) -> Any:
         self.first_batch_of_query = True
+        self.progress.query_started()
         if self._task_slots() > (self.writer_slots or 0):
             self._recover(2.0)  # more cores than when the ids were last fenced (a cluster's executors joined)
         # One task per core, each copying several source partitions in turn. A slot's id is used only once fenced
@@ -498,10 +498,10 @@ class _Driver:
         settled = {s.tp for s in moving}
         rows = [r for r in rows if (r["topic"], r["partition"]) in settled]
         self.state.fold(moving)
-        records = self.topics.prune() + self.state.anchor_writes() + lost + first_positions
         # Batches that held no visible record (markers, aborted ones) move on too, and so does a stuck partition
-        # tried again whose batch held nothing visible (it is not paused again).
+        # tried again whose batch held nothing visible (it is not paused again); before a prune drops any topic.
         quiet_positions, released = self.state.move_quiet(ends, replicated, spec.paused)
+        records = self.topics.prune() + self.state.anchor_writes() + lost + first_positions
         for tp in released:
             self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
         quiet = {(p.topic, p.partition): p.upstream_next for p in quiet_positions}

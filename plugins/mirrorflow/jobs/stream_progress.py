@@ -46,6 +46,11 @@ class StreamProgress:
         self.last_status = self.last_log = time.monotonic()
         self.logged: tuple[Any, ...] | None = None  # the shape of the last progress line
 
+    def query_started(self) -> None:
+        """A status file and a progress line a log interval into each query, whatever the last query logged."""
+        self.last_status = self.last_log = time.monotonic()
+        self.logged = None
+
     def batch_started(self) -> float:
         self.batch_began = time.monotonic()
         return self.batch_began

@@ -27,8 +27,8 @@ Invariants, each tested (tests/test_anchors.py, on simulated histories with repl
      part way through the driver's writes): anchors moved into a smaller limit's slots first (copies, never
      missing), then the tombstones of dropped anchors oldest first (pruning takes the oldest, P; thinning only
      non-barriers, T), then the new anchors oldest first (as batches record them). A slot both dropped and given
-     a new anchor is written twice: its tombstone in its place, then the anchor; one a moved anchor took is
-     written once, with the move.
+     a new anchor is written twice: its tombstone in its place, then the anchor. Not covered: a smaller limit
+     whose moved anchors find only slots just dropped; the move then removes the dropped anchor first.
 """
 
 from __future__ import annotations
@@ -172,6 +172,7 @@ class PartitionAnchors:
                 self._dropped[slot] = min(self._dropped.get(slot, self.anchors[i].downstream),
                                           self.anchors[i].downstream)
                 self._added.pop(slot, None)
+                self._moved.pop(slot, None)
         self.anchors = [a for i, a in enumerate(self.anchors) if i not in gone]
         self.slots = [s for i, s in enumerate(self.slots) if i not in gone]
         return len(gone)

@@ -119,6 +119,7 @@ class FlowState:
     incarnations: dict[str, str] = field(default_factory=dict)  # source topic -> the topic ID the state is about
     anchors: dict[TopicPartition, PartitionAnchors] = field(default_factory=dict)
     held: dict[str, str] = field(default_factory=dict)  # source topic -> why its remote topic cannot be written
+    # Changed by the batch's thread, read by the watch loop's: iterated over copies.
     stuck: dict[TopicPartition, Stuck] = field(default_factory=dict)
 
     def load(self, syncs: SyncsView) -> tuple[list[SyncRecord], int]:
@@ -227,18 +228,19 @@ class FlowState:
     def paused(self, begins: Mapping[TopicPartition, int]) -> frozenset[TopicPartition]:
         """The stuck partitions a batch starting at `begins` must not write: paused ones, and any whose batch does
         not start at its position (only a query from a new checkpoint writes a stuck partition)."""
-        return frozenset(tp for tp, s in self.stuck.items() if s.paused or begins.get(tp, -1) != self.position(tp))
+        return frozenset(tp for tp, s in list(self.stuck.items())
+                         if s.paused or begins.get(tp, -1) != self.position(tp))
 
     def stuck_due(self, now: float) -> list[TopicPartition]:
         """Paused partitions whose pause is over at `now` (monotonic): unpaused, to be tried from a new query."""
-        due = [tp for tp, s in self.stuck.items() if s.paused and s.retry_at <= now]
+        due = [tp for tp, s in list(self.stuck.items()) if s.paused and s.retry_at <= now]
         for tp in due:
             self.stuck[tp].paused = False
         return due
 
     def retry_stuck_now(self) -> None:
         """The target is back (a lease regained): every paused partition is due."""
-        for stuck in self.stuck.values():
+        for stuck in list(self.stuck.values()):
             stuck.retry_at = 0.0
 
     def settle(self, summaries: Iterable[PartitionSummary], paused: frozenset[TopicPartition], now: float,
