@@ -230,7 +230,7 @@ class _Driver:
                                                           time.gmtime(syncs.reset.at_ms / 1000)))
             self.checkpoint.mark_reset(syncs.reset.at_ms)
         behind = sorted(tp for tp, end in self.checkpoint.committed_ends().items()
-                        if 0 <= self.state.upstream_next.get(tp, -1) < end and selection.replicates(self.flow, tp[0]))
+                        if 0 <= self.state.position(tp) < end and selection.replicates(self.flow, tp[0]))
         if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
             self.checkpoint.replace()
             log.warning("flow %s: the Spark checkpoint is past the offset syncs' positions of %d partition(s) (e.g. "

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mirrorflow.rules.offset_syncs import TopicPartition
 from mirrorflow.spark import offset_log, range_source
 
-TopicPartition = tuple[str, int]
 _RESET_MARKER = "mirrorflow-reset"  # the newest `mirrorflow reset` the checkpoint starts after
 _INITIAL_OFFSETS = "mirrorflow-initial-offsets.json"  # its first batch's start (range_source S1)
 _POSITIONS = "mirrorflow-positions.json"  # where lingering batches got to (range_source S4)

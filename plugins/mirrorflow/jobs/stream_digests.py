@@ -11,10 +11,10 @@ from typing import Any
 
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import digests
+from mirrorflow.rules.offset_syncs import TopicPartition
 
 log = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 
 class StreamDigests:

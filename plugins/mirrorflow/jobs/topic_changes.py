@@ -158,7 +158,7 @@ class TopicChanges:
         else:
             looked = {t for t in replicated if t not in self.state.incarnations}
             looked |= {tp[0] for tp, end in ends.items()
-                       if tp[0] in replicated and end < self.state.upstream_next.get(tp, -1)}
+                       if tp[0] in replicated and end < self.state.position(tp)}
         recreated = self.incarnations(looked)
         if recreated:
             raise OperationalError(f"{RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
