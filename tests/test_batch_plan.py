@@ -43,6 +43,14 @@ def test_a_few_partitions_with_a_long_backlog_under_a_small_cap_each_move_in_tur
         assert [tp for tp in start if end[tp] > 0] == [("t", turn % 8)]
 
 
+def test_a_turn_of_whole_backlogs_under_the_cap_is_a_full_batch_and_a_trickle_is_not() -> None:
+    start = {("t", p): 0 for p in range(1200)}
+    end = batch_plan.admit(start, dict.fromkeys(start, 1_667), {}, 100_000)
+    read = sum(end.values())
+    assert read < 100_000 and batch_plan.full(read, 100_000)
+    assert not batch_plan.full(7_500, 100_000) and not batch_plan.full(10**9, None)
+
+
 def test_every_partition_moves_every_batch_while_the_cap_leaves_each_its_minimum_share() -> None:
     start = {("t", p): 0 for p in range(12)}
     end = batch_plan.admit(start, {("t", p): 1_000_000 for p in range(12)}, {}, 100_000, turn=5)

@@ -470,7 +470,7 @@ class _Driver:
         paused = self.state.paused(begins)
         # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
         read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
-        behind = read >= self.settings.max_records_per_batch  # the source had more than a batch
+        behind = batch_plan.full(read, self.settings.max_records_per_batch)  # the source had more than a batch
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
                           behind)
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
