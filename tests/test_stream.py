@@ -107,6 +107,14 @@ def test_every_field_of_every_record_is_preserved(mirror: StreamProcess) -> None
     assert read_partition(BETA, "alpha.m1.fields", 3, committed=True) == []  # a partition with no records stays empty
 
 
+def test_the_remote_topics_are_created_before_the_query_starts(mirror: StreamProcess) -> None:
+    wait_for(lambda: "partitions known from the offset syncs" in mirror.output(), 120, "the stream's start", mirror)
+    lines = mirror.output().splitlines()
+    created = next(i for i, line in enumerate(lines) if "+ create topic alpha.m1.fields (4 partitions" in line)
+    spark = next(i for i, line in enumerate(lines) if "partitions known from the offset syncs" in line)
+    assert created < spark, "\n".join(lines[:spark + 1])
+
+
 def test_offset_syncs_translate_every_mirrored_record_exactly(mirror: StreamProcess) -> None:
     source_ends = end_offsets(ALPHA, "m1.fields")
     settings = {"bootstrap.servers": BETA, **QUIET}

@@ -150,6 +150,7 @@ class _Driver:
         self.lease = self.link.lease()
         self.lease.acquire()
         self._take_over(fresh=created)
+        self.topics.create_ahead()
         self.metrics.observe_source_ends({})
         if self.flow.flag("emit.heartbeats.enabled"):
             self.heartbeats = HeartbeatEmitter(self.flow, self.link.target)
@@ -408,8 +409,7 @@ class _Driver:
         self.progress.query_started()
         if self._task_slots() > (self.writer_slots or 0):
             self._recover(2.0)  # more cores than when the ids were last fenced (a cluster's executors joined)
-        # One task per core, each copying several source partitions in turn. A slot's id is used only once fenced
-        # and recorded (between queries).
+        # One task per core, each copying several partitions in turn; a slot's id is fenced and recorded first.
         reset = self.link.source.client_config("consumer").get("auto.offset.reset", "earliest")
         starting = self._starting_offsets(reset)
         self.query_slots = min(self._task_slots(), self.writer_slots or 1)

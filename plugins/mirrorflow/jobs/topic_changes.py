@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import FATAL, OperationalError
@@ -52,17 +53,34 @@ class TopicChanges:
         counts: dict[str, int] = {}
         for topic, partition in ends:
             counts[topic] = max(counts.get(topic, 0), partition + 1)
+        flow_topics = {t for t in counts if selection.replicates(self.flow, t)}
+        replicated = self.create_remotes(counts)
+        self._check_recreated(ends, replicated)
+        return flow_topics, replicated
+
+    def create_remotes(self, counts: Mapping[str, int]) -> dict[str, int]:
+        """The topics of `counts` (source topic -> partitions) the flow replicates and does not hold, their remote
+        topics created or grown (once a run for each size). Holds come first: a remote topic deleted on the target
+        is never created again behind the operator's back."""
         replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t)}
-        flow_topics = set(replicated)
         grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
-        self._hold_gone_remotes(replicated, grown)  # before anything could create a deleted remote topic again
+        self._hold_gone_remotes(replicated, grown)
         replicated = {t: n for t, n in replicated.items() if t not in self.state.held}
         grown = {t: n for t, n in grown.items() if t not in self.state.held}
         if grown:
             admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, grown)
             self.ready.update(grown)
-        self._check_recreated(ends, replicated)
-        return flow_topics, replicated
+        return replicated
+
+    def create_ahead(self) -> None:
+        """Before the first batch: the remote topics created or grown, so that the target makes their partitions
+        while Spark starts (1,200 new ones took 22 s of a first batch). What fails here, the first batch tries
+        again and reports."""
+        try:
+            self.create_remotes(admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)[0])
+        except (OperationalError, KafkaException) as exc:
+            log.warning("flow %s: remote topics not created before the first batch (%s); it creates them",
+                        self.flow.name, exc)
 
     def prune(self) -> list[SyncRecord]:
         """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
