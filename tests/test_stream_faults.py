@@ -6,8 +6,11 @@ names never collide with another module's.
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -27,12 +30,10 @@ from support.clusters import PORTS
 from support.streams import (
     QUIET,
     StreamProcess,
-    cli_json,
     config_text,
     create_topic,
     end_offsets,
     origin,
-    produce_tagged,
     producer,
     read_partition,
     record_counts,
@@ -47,9 +48,23 @@ BETA_2 = 25196  # a second broker of beta, for one test
 REPARTITION = "loss.app-KSTREAM-REPARTITION-0000000003-repartition"
 
 
+def _cli(cfg: Path, *args: str) -> Any:
+    out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), *args, "--json"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(out.stdout)
+
+
 def _committed(bootstrap: str, topic: str) -> int:
     """Records a read_committed consumer sees in the topic's partition 0 (transaction markers take offsets too)."""
     return len(read_partition(bootstrap, topic, 0, committed=True, timeout=10)) if end_offsets(bootstrap, topic) else 0
+
+
+def _produce(topic: str, partitions: int, n: int, tag: str) -> None:
+    p = producer(ALPHA)
+    for partition in range(partitions):
+        for i in range(n):
+            p.produce(topic, f"{tag}-{partition}-{i}".encode(), partition=partition)
+    assert p.flush(30) == 0
 
 
 def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goes_on(
@@ -63,8 +78,8 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
     remote = f"lossy.{REPARTITION}"
     create_topic(ALPHA, REPARTITION, 2)
     create_topic(ALPHA, "loss.other", 1)
-    produce_tagged(ALPHA, REPARTITION, 2, 100, "a")
-    produce_tagged(ALPHA, "loss.other", 1, 100, "a")
+    _produce(REPARTITION, 2, 100, "a")
+    _produce("loss.other", 1, 100, "a")
     stream = StreamProcess(cfg, "lossy->safe", tmp_path / "stream")
     try:
         stream.start()
@@ -73,12 +88,12 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
         assert stream.stop() == 0
 
         # While the flow is down, the application purges its repartition topic past what the flow has read.
-        produce_tagged(ALPHA, REPARTITION, 2, 100, "b")
-        produce_tagged(ALPHA, "loss.other", 1, 100, "b")
+        _produce(REPARTITION, 2, 100, "b")
+        _produce("loss.other", 1, 100, "b")
         admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
         for f in admin.delete_records([TopicPartition(REPARTITION, 0, 150)]).values():
             f.result(30)
-        health = cli_json(cfg, "health", "--flow", "lossy->safe")[0]
+        health = _cli(cfg, "health", "--flow", "lossy->safe")[0]
         assert health["lost"] == [{"topic": REPARTITION, "partition": 0, "records": 50}]
 
         # The opt-in policy stops the flow on it, in one line, before anything of the batch is written.
@@ -109,18 +124,18 @@ def test_records_deleted_before_the_flow_read_them_are_reported_and_the_flow_goe
                    for line in stream.output().splitlines()) == 1, stream.output()[-3000:]
 
         def status_lost() -> dict[tuple[str, int], int]:
-            [flow] = cli_json(cfg, "status", "--flow", "lossy->safe")
+            [flow] = _cli(cfg, "status", "--flow", "lossy->safe")
             return {(p["topic"], p["partition"]): p.get("lost-count", 0) for p in flow.get("partitions", [])}
 
         wait_for(lambda: status_lost().get((REPARTITION, 0)) == 50, 60, "the loss in status", stream)
         assert status_lost()[(REPARTITION, 1)] == 0
-        health = cli_json(cfg, "health", "--flow", "lossy->safe")[0]
+        health = _cli(cfg, "health", "--flow", "lossy->safe")[0]
         assert health["lost"] == [{"topic": REPARTITION, "partition": 0, "records": 50}]
         loaded = config.load(cfg)
         planned = {(r.topic, r.partition): r for r in ranges.plan(FlowLink.of(loaded, "lossy->safe"))}
         assert (planned[(REPARTITION, 0)].lost, planned[(REPARTITION, 0)].lost_ranges) == (50, ((100, 150),))
 
-        produce_tagged(ALPHA, "loss.other", 1, 10, "c")
+        _produce("loss.other", 1, 10, "c")
         wait_for(lambda: record_counts(BETA, "lossy.loss.other") == [210], 120, "records after the loss", stream)
         assert stream.alive()
         assert stream.stop() == 0
@@ -140,8 +155,8 @@ def test_records_deleted_while_the_running_stream_is_behind_are_counted_exactly_
     remote, syncs = f"lapse.{topic}", offset_syncs.topic_name("lapse")
     create_topic(ALPHA, topic, 1)
     create_topic(ALPHA, other, 1)
-    produce_tagged(ALPHA, topic, 1, 200, "a")
-    produce_tagged(ALPHA, other, 1, 200, "a")
+    _produce(topic, 1, 200, "a")
+    _produce(other, 1, 200, "a")
     stream = StreamProcess(cfg, "lapse->kept", tmp_path / "stream")
     stream.start()
     try:
@@ -153,7 +168,7 @@ def test_records_deleted_while_the_running_stream_is_behind_are_counted_exactly_
         admin = AdminClient({"bootstrap.servers": ALPHA, **QUIET})
         for f in admin.delete_records([TopicPartition(topic, 0, deleted_to)]).values():
             f.result(30)
-        produce_tagged(ALPHA, other, 1, 100, "b")
+        _produce(other, 1, 100, "b")
         wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [total], 600, "the rest of the backlog", stream)
         wait_for(lambda: record_counts(BETA, f"lapse.{other}") == [300], 120, "the other topic", stream)
 
@@ -173,7 +188,7 @@ def test_records_deleted_while_the_running_stream_is_behind_are_counted_exactly_
                   for line in stream.output().splitlines() if f"DATA LOSS on lapse {topic}-0" in line]
         # P8: the span is crossed at once (batches planned before the deletion was seen may each find a piece).
         assert sum(logged) == lost and len(logged) <= 3, stream.output()[-3000:]
-        [flow] = cli_json(cfg, "status", "--flow", "lapse->kept")
+        [flow] = _cli(cfg, "status", "--flow", "lapse->kept")
         counts = {(q["topic"], q["partition"]): q.get("lost-count", 0) for q in flow.get("partitions", [])}
         assert counts[(topic, 0)] == lost and counts[(other, 0)] == 0, counts
         assert stream.alive()
@@ -199,7 +214,7 @@ def test_a_topic_re_created_on_the_source_is_mirrored_again_from_its_first_recor
         assert p.flush(30) == 0
 
     create_topic(ALPHA, "reborn.t", 1)
-    produce_tagged(ALPHA, "reborn.t", 1, 300, "old")
+    _produce("reborn.t", 1, 300, "old")
     stream = StreamProcess(cfg, "reborn->keeper", tmp_path / "stream")
     stream.start()
     try:
@@ -259,6 +274,97 @@ def _created(admin: AdminClient, topic: str) -> bool:
     except Exception:  # still being deleted: try again
         return False
     return True
+
+
+def _reset(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), "reset", "--flow",
+                           "redo->held", "--topic", "redo.t", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_reset_moves_where_the_stopped_flow_resumes_and_is_refused_while_it_runs(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("redo", "held"), (PORTS["alpha"], PORTS["beta"]), ["redo->held"],
+                               "topics = redo\\..*\n"))
+    create_topic(ALPHA, "redo.t", 1)
+    _produce("redo.t", 1, 100, "r")
+    stream = StreamProcess(cfg, "redo->held", tmp_path / "stream")
+    stream.start()
+    try:
+        wait_for(lambda: record_counts(BETA, "redo.redo.t") == [100], 240, "the first records", stream)
+        refused = _reset(cfg, "--to", "40")
+        assert refused.returncode == 1 and refused.stdout == ""
+        assert refused.stderr.strip().splitlines()[-1] == (
+            "mirrorflow: error: flow redo->held is already running on /127.0.0.1 (consumer group "
+            "mirrorflow:redo->held); stop that instance first"), refused.stderr
+        assert stream.stop() == 0
+
+        done = _reset(cfg, "--to", "40", "--reason", "re-mirror after a bad consumer deploy")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[0] == "flow redo->held: reset redo.t-0: 100 -> 40"
+        assert "reset by" in done.stderr, done.stderr
+        assert "(re-mirror after a bad consumer deploy): redo.t-0: 100 -> 40" in done.stderr
+        stream.start()
+        wait_for(lambda: record_counts(BETA, "redo.redo.t") == [160], 240, "the re-mirrored records", stream)
+        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0, committed=True)]
+        assert values[100:] == [f"r-0-{i}".encode() for i in range(40, 100)]
+        assert "a new Spark checkpoint, at the offset syncs' positions" in stream.output()
+        assert stream.stop() == 0
+
+        _produce("redo.t", 1, 10, "skipped")
+        assert _reset(cfg, "--to", "latest").stdout.splitlines()[0] == "flow redo->held: reset redo.t-0: 100 -> 110"
+        assert _reset(cfg, "--to", "7000").stderr.strip() == (
+            "mirrorflow: error: reset position 7000: redo.t-0 holds offsets 0..110 (its log start to its end)")
+        stream.start()
+        _produce("redo.t", 1, 5, "after")
+        wait_for(lambda: record_counts(BETA, "redo.redo.t") == [165], 240, "the records after the skip", stream)
+        values = [m.value() for m in read_partition(BETA, "redo.redo.t", 0, committed=True)]
+        assert values[160:] == [f"after-0-{i}".encode() for i in range(5)]
+        assert stream.stop() == 0
+    finally:
+        stream.stop()
+
+
+def test_a_remote_topic_deleted_on_the_target_is_held_not_re_created_and_a_reset_releases_it(
+        stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    cfg = tmp_path / "mirror.properties"
+    cfg.write_text(config_text(("kept", "gone"), (PORTS["alpha"], PORTS["beta"]), ["kept->gone"],
+                               "topics = held\\..*\nmirrorflow.offset-syncs.prune.interval.seconds = 2\n"))
+    create_topic(ALPHA, "held.a", 1)
+    create_topic(ALPHA, "held.b", 1)
+    _produce("held.a", 1, 50, "a")
+    _produce("held.b", 1, 50, "b")
+    target = AdminClient({"bootstrap.servers": BETA, **QUIET})
+    stream = StreamProcess(cfg, "kept->gone", tmp_path / "stream")
+    stream.start()
+    try:
+        wait_for(lambda: record_counts(BETA, "kept.held.a") == [50] and record_counts(BETA, "kept.held.b") == [50],
+                 240, "the first records", stream)
+        target.delete_topics(["kept.held.a"])["kept.held.a"].result(30)
+        _produce("held.a", 1, 20, "a2")
+        _produce("held.b", 1, 20, "b2")
+        wait_for(lambda: record_counts(BETA, "kept.held.b") == [70], 240, "the other topic", stream)
+        wait_for(lambda: "held.a is HELD" in stream.output(), 120, "the hold", stream)
+        assert "kept.held.a" not in target.list_topics(timeout=10).topics
+        assert stream.alive()
+        assert stream.stop() == 0
+        [flow] = _cli(cfg, "status", "--flow", "kept->gone")
+        assert [h["topic"] for h in flow["held-topics"]] == ["held.a"], flow["held-topics"]
+        assert "remote topic kept.held.a deleted on gone" in flow["held-topics"][0]["why"]
+
+        released = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), "reset", "--flow",
+                                   "kept->gone", "--topic", "held.a", "--to", "earliest"],
+                                  capture_output=True, text=True, timeout=120)
+        assert released.returncode == 0, released.stderr
+        assert "remote topic kept.held.a was deleted on gone: its copies start again" in released.stderr
+        stream.start()
+        wait_for(lambda: record_counts(BETA, "kept.held.a") == [70], 240, "held.a again, whole", stream)
+        values = [m.value() for m in read_partition(BETA, "kept.held.a", 0, committed=True)]
+        assert values == [f"a-0-{i}".encode() for i in range(50)] + [f"a2-0-{i}".encode() for i in range(20)]
+        assert record_counts(BETA, "kept.held.b") == [70]
+        assert stream.stop() == 0
+    finally:
+        stream.stop()
 
 
 def _positions(topic: str, tp: tuple[str, int]) -> list[int]:
@@ -347,7 +453,7 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
     cfg.write_text(config_text((source, target), (PORTS["alpha"], PORTS["beta"]), [flow], extra))
     remote, syncs = f"{source}.{topic}", offset_syncs.topic_name(source)
     create_topic(ALPHA, topic, 1)
-    produce_tagged(ALPHA, topic, 1, 100, "before")
+    _produce(topic, 1, 100, "before")
     first, second = StreamProcess(cfg, flow, tmp_path / "first"), StreamProcess(cfg, flow, tmp_path / "second")
     first.start()
     try:
@@ -381,7 +487,7 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
         wait_for(lambda: not first.alive(), 120, "the resumed instance to stop")
         assert first.proc is not None and first.proc.returncode == 1, first.output()[-3000:]
         assert "another instance" in first.output(), first.output()[-3000:]
-        produce_tagged(ALPHA, topic, 1, 20, "after")
+        _produce(topic, 1, 20, "after")
         wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [BACKLOG + 120], 120,
                  "records after the resumed one stopped", second)
         assert second.alive() and "fenced:" not in second.output(), second.output()[-3000:]
@@ -451,17 +557,17 @@ def test_a_partition_the_target_does_not_take_is_paused_and_named_while_the_rest
         assert p.flush(30) == 0
         wait_for(lambda: f"{t}.stuck-0 STUCK" in stream.output(), 180, "the stuck partition named", stream)
         assert "no leader" in stream.output(), stream.output()[-3000:]
-        produce_tagged(ALPHA, f"{t}.stuck", 1, 30, "s2")
-        produce_tagged(ALPHA, f"{t}.flowing", 1, 30, "f2")
+        _produce(f"{t}.stuck", 1, 30, "s2")
+        _produce(f"{t}.flowing", 1, 30, "f2")
         wait_for(lambda: _committed(BETA, f"jam.{t}.flowing") == 80, 60 if eos else 20,
                  "the other topic, while one is stuck", stream)
         with urllib.request.urlopen(f"http://127.0.0.1:{STUCK_METRICS_PORT}/metrics", timeout=10) as answer:
             text = answer.read().decode()
         labels = f'flow="jam->road",source="jam",target="road",topic="{t}.stuck",partition="0"'
         assert f"mirrorflow_stuck{{{labels}}} 1" in text
-        wait_for(lambda: bool(cli_json(cfg, "status", "--flow", "jam->road")[0].get("stuck-partitions")), 30,
+        wait_for(lambda: bool(_cli(cfg, "status", "--flow", "jam->road")[0].get("stuck-partitions")), 30,
                  "the status file", stream)
-        [stuck] = cli_json(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
+        [stuck] = _cli(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
         assert (stuck["topic"], stuck["partition"]) == (f"{t}.stuck", 0) and "no leader" in stuck["why"], stuck
         # A restart while it is stuck, before it ever had a copy, resumes it from its first record.
         assert stream.stop() == 0
@@ -473,7 +579,7 @@ def test_a_partition_the_target_does_not_take_is_paused_and_named_while_the_rest
         assert [m.value() for m in read_partition(BETA, f"jam.{t}.flowing", 0, committed=True)] == (
             [f"f-0-{i}".encode() for i in range(50)] + [f"f2-0-{i}".encode() for i in range(30)])
         assert stream.stop() == 0
-        assert not cli_json(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
+        assert not _cli(cfg, "status", "--flow", "jam->road")[0]["stuck-partitions"]
         first_run = (tmp_path / "stream" / "stream-1.log").read_text(errors="replace")
         assert ("aborted with the transaction of a stuck one" in first_run) == eos, first_run[-3000:]
     finally:

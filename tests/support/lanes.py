@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Long modules with no port in common with the rest: about half the suite's time (a clean clone on 2 cores: 37.6 min
-# for these beside 33 for the rest, before test_stream_reset's two tests, 130 s, moved out of the stream faults).
+# Long modules with no port in common with the rest: about half the suite's time (a clean clone on 2 cores: 30 min
+# for these beside 27 for the rest; before the stream faults moved here, 19 beside 37).
 SECOND_LANE = ("tests/test_drills.py", "tests/test_stream_faults.py", "tests/test_stream_guarantees.py")
 PORT_OFFSET = "3000"  # 28092.. for the second lane's alpha, beta, gamma; the benchmarks use 26xxx, 27xxx is free
 

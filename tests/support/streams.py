@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -119,22 +118,6 @@ def create_topic(bootstrap: str, topic: str, partitions: int, **configs: str) ->
 
 def producer(bootstrap: str, **extra: Any) -> Producer:
     return Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **QUIET, **extra})
-
-
-def produce_tagged(bootstrap: str, topic: str, partitions: int, n: int, tag: str) -> None:
-    """`n` records to each of the topic's first `partitions` partitions, valued `{tag}-{partition}-{i}`."""
-    p = producer(bootstrap)
-    for partition in range(partitions):
-        for i in range(n):
-            p.produce(topic, f"{tag}-{partition}-{i}".encode(), partition=partition)
-    assert p.flush(30) == 0
-
-
-def cli_json(cfg: Path, *args: str) -> Any:
-    """What `mirrorflow --config cfg ARGS --json` prints, parsed; the command must succeed."""
-    out = subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(cfg), *args, "--json"],
-                         capture_output=True, text=True, timeout=120, check=True)
-    return json.loads(out.stdout)
 
 
 def read_partition(bootstrap: str, topic: str, partition: int, *, committed: bool = False,
