@@ -58,8 +58,8 @@ def test_validate_prints_each_enabled_flows_stream_settings(tmp_path: Path) -> N
     lines = run("--config", str(cfg), "validate").stdout.splitlines()
     assert lines[1:3] == [
         "A->B stream: master local[*] (the stream DAG: connection mirrorflow_spark), driver memory 1g, at most "
-        "100,000 records per batch, trigger 250 ms, linger 1500 ms",
-        "B->A stream: master yarn, driver memory 1g, at most 100,000 records per batch, trigger 250 ms, linger 0 ms"]
+        "250,000 records per batch, trigger 250 ms, linger 1500 ms",
+        "B->A stream: master yarn, driver memory 1g, at most 250,000 records per batch, trigger 250 ms, linger 0 ms"]
 
 
 def test_bad_config_exits_2_with_one_line_per_problem(tmp_path: Path) -> None:

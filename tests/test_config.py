@@ -191,11 +191,11 @@ def test_a_flows_stream_settings_come_from_the_file_with_each_default_in_the_key
     assert not plain.flow("A->B").given("mirrorflow.stream.spark.master")
     tuned = load(BASE + "A->B.enabled = true\nB->A.enabled = true\nmirrorflow.stream.trigger.ms = 0\n"
                  "A->B.mirrorflow.stream.linger.ms = 0\n"
-                 "A->B.mirrorflow.stream.max.records.per.batch = 250000\nA->B.mirrorflow.stream.driver.memory = 2g\n"
+                 "A->B.mirrorflow.stream.max.records.per.batch = 60000\nA->B.mirrorflow.stream.driver.memory = 2g\n"
                  "A->B.mirrorflow.stream.spark.master = spark://m:7077\n")
-    assert tuned.flow("A->B").stream == config.StreamSettings("spark://m:7077", "2g", 250_000, 0, 0)
+    assert tuned.flow("A->B").stream == config.StreamSettings("spark://m:7077", "2g", 60_000, 0, 0)
     assert tuned.flow("A->B").given("mirrorflow.stream.spark.master")
-    assert tuned.flow("B->A").stream.trigger_ms == 0 and tuned.flow("B->A").stream.max_records_per_batch == 100_000
+    assert tuned.flow("B->A").stream.trigger_ms == 0 and tuned.flow("B->A").stream.max_records_per_batch == 250_000
     assert tuned.flow("B->A").stream.linger_ms == 1_500
 
 

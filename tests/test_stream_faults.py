@@ -382,8 +382,8 @@ def _positions(topic: str, tp: tuple[str, int]) -> list[int]:
     return out
 
 
-# Six micro-batches of 100,000: enough for the frozen-instance test to catch one half written on a loaded machine (with
-# three, a full CI run once saw none).
+# Six micro-batches of 100,000 (the test's cap): enough for the frozen-instance test to catch one half written on a
+# loaded machine (with three, a full CI run once saw none).
 BACKLOG = 600_000
 
 
@@ -448,7 +448,7 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
     fenced = mode != "at-least-once-idempotent"  # its records commit in transactions of the task slots' ids
     flow = f"{source}->{target}"
     topic = f"frozen.{source}"
-    extra = f"topics = {topic}\n" + settings.format(target=target)
+    extra = f"topics = {topic}\nmirrorflow.stream.max.records.per.batch = 100000\n" + settings.format(target=target)
     cfg = tmp_path / "mirror.properties"
     cfg.write_text(config_text((source, target), (PORTS["alpha"], PORTS["beta"]), [flow], extra))
     remote, syncs = f"{source}.{topic}", offset_syncs.topic_name(source)

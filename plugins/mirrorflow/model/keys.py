@@ -93,7 +93,7 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("mirrorflow.stream.spark.master", "master", "local[*]"),
     Key("mirrorflow.stream.driver.memory", "memory", "1g"),
     # Records per micro-batch at most (admission control), and the micro-batch interval when idle.
-    Key("mirrorflow.stream.max.records.per.batch", "int", "100000"),
+    Key("mirrorflow.stream.max.records.per.batch", "int", "250000"),
     Key("mirrorflow.stream.trigger.ms", "int", "100"),
     # How long a micro-batch's tasks go on copying what arrives past the batch's end offsets, from its start.
     Key("mirrorflow.stream.linger.ms", "int", "1500"),

@@ -32,7 +32,7 @@ def add(sub: Any) -> None:
                         "127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--max-records-per-batch", type=_positive, metavar="N",
                    help="records per micro-batch at most (default: the flow's "
-                        "mirrorflow.stream.max.records.per.batch, 100000)")
+                        "mirrorflow.stream.max.records.per.batch, 250000)")
     p.add_argument("--trigger-ms", type=_at_least_0, metavar="MS",
                    help="micro-batch interval when idle (default: the flow's mirrorflow.stream.trigger.ms, 100)")
     p.add_argument("--linger-ms", type=_at_least_0, metavar="MS",
