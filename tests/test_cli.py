@@ -129,6 +129,17 @@ def test_validate_refuses_a_producer_batching_the_writer_would_refuse_in_one_lin
     assert r.returncode == 2 and "b.producer.linger.ms" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
 
 
+@pytest.mark.parametrize("command", [["validate"], ["stream", "--flow", "a->b"]])
+def test_a_source_message_size_the_copier_cannot_read_is_refused_in_one_line(tmp_path: Path, command: list[str]
+                                                                            ) -> None:
+    cfg = tmp_path / "sizes.properties"
+    cfg.write_text("clusters = a, b\na.bootstrap.servers = 127.0.0.1:1\nb.bootstrap.servers = 127.0.0.1:1\n"
+                   "a->b.enabled = true\na.consumer.max.request.size = 10MB\n")
+    r = run("--config", str(cfg), *command)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "a.consumer.message.max.bytes: '10MB': the copier needs a whole number of bytes" in r.stderr
+
+
 def _two_way(tmp_path: Path, reverse_enabled: bool = True) -> Path:
     cfg = tmp_path / "two-way.properties"
     cfg.write_text("clusters = A, B\nA.bootstrap.servers = 127.0.0.1:1\nB.bootstrap.servers = 127.0.0.1:1\n"

@@ -118,6 +118,7 @@ class _Driver:
         self.pattern = selection.subscription_pattern(self.flow)
         self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
         stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
+        copier.check_consumer_tuning(link.settings("source", "consumer"), link.source.alias)
         # Bounded (flow_state F2): `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
         self.state = FlowState(self.flow.number("mirrorflow.offset-syncs.anchors.max"),
                                self.flow.number("mirrorflow.offset-syncs.anchors.spacing"))
@@ -552,9 +553,8 @@ class _Driver:
             downstream_next=dict(self.state.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
-            fenced=self.fenced, keep_producers=local,
+            fenced=self.fenced, keep_producers=local, behind=behind,
             linger_until=time.time() + self.settings.linger_ms / 1000 if self.settings.linger_ms else None,
-            behind=behind,
             batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
 
     def _batch_starts(self, batch_id: int) -> dict[tuple[str, int], int]:

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from mirrorflow.errors import MirrorError
+from mirrorflow.errors import ConfigError, MirrorError
 from mirrorflow.rules import record_digest
 from mirrorflow.rules.batch_plan import Range
 from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, Slice, WriterSpec, mirror_runs, writer_seat
@@ -100,6 +100,22 @@ def fetch_wait_ms(partitions: int) -> int:
     return min(wait, high)
 
 
+def check_consumer_tuning(source_settings: Mapping[str, Any], source: str) -> None:
+    """Raise ConfigError for a source consumer setting the copier reads itself and cannot (consumer_config)."""
+    value = source_settings.get("message.max.bytes")
+    if value is not None and _whole_number(value) is None:
+        raise ConfigError(f"{value!r}: the copier needs a whole number of bytes",
+                          key=f"{source}.consumer.message.max.bytes")
+
+
+def _whole_number(value: Any) -> int | None:
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        return None
+    return number if number >= 1 else None
+
+
 def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committed: bool,
                     partitions: int = 1) -> dict[str, Any]:
     """The copier's librdkafka consumer settings for `partitions` partitions: the source's consumer settings over
@@ -108,7 +124,7 @@ def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committe
     tuned = {k: v for k, v in source_settings.items() if k not in _CONSUMER_DROPPED}
     fetch_max = {}
     if "fetch.max.bytes" not in tuned and "message.max.bytes" in tuned:  # librdkafka wants fetch.max >= message.max
-        fetch_max = {"fetch.max.bytes": max(FETCH_MAX_BYTES, int(tuned["message.max.bytes"]))}
+        fetch_max = {"fetch.max.bytes": max(FETCH_MAX_BYTES, _whole_number(tuned["message.max.bytes"]) or 0)}
     return {**_CONSUMER_TUNING, "fetch.wait.max.ms": fetch_wait_ms(partitions), **fetch_max, **tuned, **_CONSUMER_FIXED,
             "group.id": f"mirrorflow-copier-{flow}",
             "isolation.level": "read_committed" if read_committed else "read_uncommitted"}
