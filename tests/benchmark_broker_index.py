@@ -1,4 +1,4 @@
-"""A local broker taking writes to new partitions, with Kafka's 10 MiB index files and with the launcher's 1 MiB.
+"""A local broker taking writes to new partitions, with Kafka's 10 MiB index files and with the launcher's.
 
     .venv/bin/python tests/benchmark_broker_index.py
 
@@ -91,7 +91,7 @@ def main() -> None:
           + " |")
     print("|---|" + "---:|" * len(ROUNDS))
     sizes = (("10 MiB (Kafka's default)", 10 << 20),
-             (f"{local.INDEX_BYTES >> 20} MiB (the launcher's)", local.INDEX_BYTES))
+             (f"{local.INDEX_BYTES >> 10} KiB (the launcher's)", local.INDEX_BYTES))
     for label, size in sizes:
         env = {**os.environ, "MIRRORFLOW_HOME": str(home / str(size)), "MIRRORFLOW_BROKER_INDEX_BYTES": str(size)}
         env.setdefault("MIRRORFLOW_JAR_CACHE", str(Path(__file__).resolve().parent.parent / ".mirrorflow" / "jars"))
