@@ -28,6 +28,24 @@ def test_the_jvm_stderr_keeps_every_line_but_the_start_up_notices(tmp_path: Path
                                                   b"no newline at the end")
 
 
+DAEMON_FRAMES = [b"Traceback (most recent call last):\n",
+                 b'  File "/x/pyspark/python/lib/pyspark.zip/pyspark/daemon.py", line 262, in manager\n',
+                 b'  File "/x/pyspark/python/lib/pyspark.zip/pyspark/daemon.py", line 95, in worker\n']
+
+
+def test_a_spark_daemons_closed_socket_at_a_stop_is_one_line_and_other_tracebacks_stay_whole(tmp_path: Path) -> None:
+    other = [b"Traceback (most recent call last):\n", b'  File "/work/plugins/mirrorflow/spark/copier.py", line 9\n',
+             b"    consumer.consume()\n", b"BrokenPipeError: [Errno 32] Broken pipe\n"]
+    jvm = [b"before\n", *DAEMON_FRAMES, b"BrokenPipeError: [Errno 32] Broken pipe\n", b"26/11/28 WARN after\n",
+           *DAEMON_FRAMES, b"ValueError: not a socket\n", *other, *DAEMON_FRAMES[:2]]
+    with open(tmp_path / "stderr", "wb") as out:
+        spark_logs.forward_stderr(jvm, out.fileno())
+    assert (tmp_path / "stderr").read_bytes() == b"".join([
+        b"before\n", b"mirrorflow: a Spark Python process's connection to the JVM closed as Spark stopped "
+        b"(BrokenPipeError: [Errno 32] Broken pipe)\n", b"26/11/28 WARN after\n",
+        *DAEMON_FRAMES, b"ValueError: not a socket\n", *other, *DAEMON_FRAMES[:2]])
+
+
 def test_the_jvm_stderr_is_read_to_its_end_when_the_copy_cannot_be_written() -> None:
     lines = iter([b"one\n", b"two\n", b"three\n"])
     spark_logs.forward_stderr(lines, 987654)  # not an open descriptor
