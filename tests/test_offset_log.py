@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from mirrorflow.errors import OperationalError
 from mirrorflow.spark import offset_log
 
 _METADATA = '{"batchWatermarkMs":0,"batchTimestampMs":1795670000000,"conf":{}}'
@@ -34,3 +36,11 @@ def test_a_file_that_is_not_an_offset_log_reads_as_none_and_a_broken_checkpoint_
     (tmp_path / "offsets" / "0").write_text("v1\n{}\n{not json")
     assert offset_log.committed_ends(tmp_path) == {}
     assert offset_log.batch_ids(tmp_path / "nowhere") == []
+
+
+def test_a_planned_batchs_ends_are_read_from_a_local_checkpoint_without_the_jvm(tmp_path: Path) -> None:
+    _write_batch(tmp_path, 3, {"orders": {"0": 12, "1": 8}}, committed=False)
+    assert offset_log.batch_ends(None, tmp_path, 3, "a->b") == {("orders", 0): 12, ("orders", 1): 8}
+    (tmp_path / "offsets" / "4").write_text("not an offset log")
+    with pytest.raises(OperationalError, match=r"^flow a->b: unexpected offset log .*/offsets/4$"):
+        offset_log.batch_ends(None, tmp_path, 4, "a->b")
