@@ -51,9 +51,9 @@ def batch_ends(spark: Any, checkpoint: Path, batch_id: int, flow: str) -> dict[T
     """The batch's end offsets: from the local file when the checkpoint is a local directory, else through the
     session's Hadoop file system (a remote checkpoint). Through py4j the read took 80-95 ms a batch with the cores
     busy (a dozen round trips to the JVM; the many mode's driver spent most of its 92 ms a batch there)."""
+    local = Path(checkpoint) / "offsets" / str(batch_id)
     try:
-        lines = (Path(checkpoint) / "offsets" / str(batch_id)).read_text(encoding="utf-8").splitlines()
-        where = str(Path(checkpoint) / "offsets" / str(batch_id))
+        lines, where = local.read_text(encoding="utf-8").splitlines(), str(local)
     except FileNotFoundError:
         lines, where = _hadoop_lines(spark, f"{checkpoint}/offsets/{batch_id}")
     ends = parse_ends(lines)
