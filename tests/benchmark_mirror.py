@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parent.parent
@@ -196,16 +196,13 @@ class PeakMemory:
 
 
 def ends(admin: AdminClient, topics: list[str]) -> int:
-    """The sum of the topics' end offsets (one request)."""
+    """The sum of the topics' end offsets (one request); raises KafkaException (a topic not there yet, too)."""
     from confluent_kafka.admin import OffsetSpec
 
-    try:
-        answers = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
-                                      for t in topics
-                                      for p in range(PARTITIONS)}, request_timeout=10)
-        return sum(f.result().offset for f in answers.values())
-    except Exception:
-        return 0
+    answers = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                                  for t in topics
+                                  for p in range(PARTITIONS)}, request_timeout=10)
+    return sum(f.result().offset for f in answers.values())
 
 
 class MirrorFailed(Exception):
@@ -224,8 +221,16 @@ def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
     last_cpu: dict[str, float] = {}
     # One client for the whole wait: a new one every poll took the bench 0.10-0.12 cores on 1,200 partitions.
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{DST}", **QUIET})
+    failure = ""  # why the last look at the target's end offsets failed: named if the copy seems not to move
     while time.monotonic() < deadline:
-        n = ends(admin, topics)
+        try:
+            n = ends(admin, topics)
+        except KafkaException as exc:
+            # A client whose look failed looks again afresh: its metadata may still say the topic is not there.
+            n, failure = last_n, f"; the last look at the target failed: {exc}"
+            admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{DST}", **QUIET})
+        else:
+            failure = ""
         if n and not first_t:
             first_t, first_n, first_cpu = time.monotonic(), n, cpu_seconds(roots)
         if n != last_n:
@@ -234,7 +239,7 @@ def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
             cpu = {k: v - first_cpu.get(k, 0.0) for k, v in last_cpu.items()}
             return last_change - first_t, round(want * (n - first_n) / n), cpu  # markers in proportion
         elif time.monotonic() - last_change > 180:
-            raise MirrorFailed(f"{topics[0]}: no progress for 180 s at {n:,} of {want:,} records")
+            raise MirrorFailed(f"{topics[0]}: no progress for 180 s at {n:,} of {want:,} records{failure}")
         if proc.poll() is not None:
             raise MirrorFailed(f"the mirror exited early ({proc.returncode})")
         time.sleep(0.25)

@@ -324,9 +324,11 @@ def test_backfill_refuses_while_the_stream_runs_and_pause_hands_over(cfg_path: P
         stream.stop()
 
 
-def test_a_local_sessions_python_workers_start_with_the_writer_already_imported(spark: Any) -> None:
+def test_a_local_sessions_python_workers_start_with_the_writer_already_imported_and_no_archive_to_reread(
+        spark: Any) -> None:
     # A worker is forked per task from Spark's Python daemon, and a minute idle ends it: the mirrorflow daemon
-    # imports the writer (pyarrow, pandas, confluent-kafka) once, so a new worker does not pay for it.
+    # imports the writer (pyarrow, pandas, confluent-kafka) once, so a new worker does not pay for it; and its path
+    # holds no archive, which PySpark's `importlib.invalidate_caches` at a new worker's first task would re-read.
     def imported(batches: Any) -> Any:
         import os
         import sys
@@ -335,13 +337,18 @@ def test_a_local_sessions_python_workers_start_with_the_writer_already_imported(
             forked_from = f.read().replace(b"\0", b" ").decode()
         preloaded = all(m in sys.modules for m in ("mirrorflow.spark.stream_writer", "pandas", "confluent_kafka"))
         import pyarrow
+        import pyspark
 
+        archives = [p for p in sys.path if p.endswith((".zip", ".jar")) and os.path.exists(p)]
         for _ in batches:
-            yield pyarrow.RecordBatch.from_pydict({"daemon": [forked_from], "preloaded": [preloaded]})
+            yield pyarrow.RecordBatch.from_pydict({"daemon": [forked_from], "preloaded": [preloaded],
+                                                   "pyspark": [pyspark.__file__], "archives": [repr(archives)]})
 
-    rows = spark.range(2, numPartitions=2).mapInArrow(imported, "daemon string, preloaded boolean").collect()
+    rows = spark.range(2, numPartitions=2).mapInArrow(
+        imported, "daemon string, preloaded boolean, pyspark string, archives string").collect()
     assert all("-m mirrorflow.spark.spark_daemon " in r.daemon for r in rows), rows
     assert [r.preloaded for r in rows] == [True, True]
+    assert all(".zip" not in r.pyspark and r.archives == "[]" for r in rows), rows
 
 
 def test_the_copiers_python_record_digest_equals_sparks_on_every_kind_of_record(spark: Any) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import zipfile
 from pathlib import Path
 
 from mirrorflow.spark import spark_logs
@@ -50,3 +52,25 @@ def test_the_jvm_stderr_is_read_to_its_end_when_the_copy_cannot_be_written() -> 
     lines = iter([b"one\n", b"two\n", b"three\n"])
     spark_logs.forward_stderr(lines, 987654)  # not an open descriptor
     assert next(lines, None) is None
+
+
+def test_the_daemon_drops_sparks_copies_of_installed_packages_and_jars_without_python(tmp_path: Path) -> None:
+    from mirrorflow.spark.spark_daemon import redundant_archives
+
+    site = tmp_path / "site-packages"
+    for package in ("pyspark", "py4j"):
+        (site / package).mkdir(parents=True)
+        (site / package / "__init__.py").write_text("")
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    archives = {name: lib / name for name in ("pyspark.zip", "py4j-0.10.9.9-src.zip", "other.zip", "core.jar",
+                                             "python.jar")}
+    for name, path in archives.items():
+        with zipfile.ZipFile(path, "w") as zf:
+            zf.writestr("other/x.py" if name in ("other.zip", "python.jar") else "org/X.class", "")
+    elsewhere = tmp_path / "elsewhere" / "pyspark.zip"  # a PySpark of its own: not the installed one's copy
+    elsewhere.parent.mkdir()
+    shutil.copy(archives["pyspark.zip"], elsewhere)
+    path = [*map(str, archives.values()), str(elsewhere), str(site)]
+    assert redundant_archives(path) == [str(archives[n]) for n in ("pyspark.zip", "py4j-0.10.9.9-src.zip", "core.jar")]
+    assert redundant_archives([str(archives["pyspark.zip"])]) == []  # nothing installed: Spark's copy is needed
