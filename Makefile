@@ -18,7 +18,7 @@ $(BIN)/mirrorflow: pyproject.toml uv.lock
 	  echo "installing Java 17 and Maven (Kafka brokers and jars come from Maven Central)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless maven; }
 	@$(PYTHON) -m uv --version 2>/dev/null | grep -q "$(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
-	$(PYTHON) -m uv sync --frozen --python $(PYTHON)
+	$(PYTHON) -m uv sync --frozen --compile-bytecode --python $(PYTHON)
 	@touch $@
 
 demo: setup

@@ -2,9 +2,9 @@
 
 Spark forks one Python worker per concurrent task from this daemon and kills a worker that has been idle for a
 minute (PythonWorkerFactory), so every micro-batch after a quiet minute ran in fresh workers that imported
-pyarrow, pandas (pyarrow's `from_pylist` loads it), confluent-kafka and the writer first: 1.3 to 1.8 s a task on
-a quiet 2-core host, 4 to 7 s under load. A worker forked from this daemon has them already. Used where the
-driver's interpreter is the workers' (a local master, `spark_session.build`).
+pyarrow, pandas (pyarrow's `from_pylist` loads it), confluent-kafka, PySpark's worker and the writer first: 1.3 to
+1.8 s a task on a quiet 2-core host, 4 to 7 s under load. A worker forked from this daemon has them already. Used
+where the driver's interpreter is the workers' (a local master, `spark_session.build`).
 
 Forking is safe only from a process with one thread (PySpark's own daemon imports nothing for that reason):
 numpy's OpenBLAS and pyarrow's jemalloc start threads at import unless told not to, so they are told (the
@@ -71,6 +71,7 @@ os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
 with contextlib.suppress(ImportError):  # a missing module is imported (or reported) by the task, as before
     import pandas  # noqa: F401
     import pyarrow  # noqa: F401
+    import pyspark.worker  # noqa: F401  # PySpark's daemon imports the worker's module after each fork
 
     import mirrorflow.spark.stream_writer  # noqa: F401
 
