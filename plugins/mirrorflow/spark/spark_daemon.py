@@ -60,20 +60,20 @@ def _holds_python(archive: str) -> bool:
         return True  # unreadable: leave it to the import system, as before
 
 
-for _archive in redundant_archives(sys.path):
-    sys.path.remove(_archive)
-    for _cached in [k for k in sys.path_importer_cache if k == _archive or k.startswith(_archive + os.sep)]:
-        del sys.path_importer_cache[_cached]
+def _preload() -> None:
+    """Before the first fork: the path without the redundant archives, thread-free settings, the workers' imports."""
+    for archive in redundant_archives(sys.path):
+        sys.path.remove(archive)
+        for cached in [k for k in sys.path_importer_cache if k == archive or k.startswith(archive + os.sep)]:
+            del sys.path_importer_cache[cached]
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
+    with contextlib.suppress(ImportError):  # a missing module is imported (or reported) by the task, as before
+        import pandas  # noqa: F401
+        import pyarrow  # noqa: F401
+        import pyspark.worker  # noqa: F401  # PySpark's daemon imports the worker's module after each fork
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("JE_ARROW_MALLOC_CONF", "background_thread:false")
-
-with contextlib.suppress(ImportError):  # a missing module is imported (or reported) by the task, as before
-    import pandas  # noqa: F401
-    import pyarrow  # noqa: F401
-    import pyspark.worker  # noqa: F401  # PySpark's daemon imports the worker's module after each fork
-
-    import mirrorflow.spark.stream_writer  # noqa: F401
+        import mirrorflow.spark.stream_writer  # noqa: F401
 
 
 def _single_threaded() -> bool:
@@ -84,6 +84,7 @@ def _single_threaded() -> bool:
 
 
 if __name__ == "__main__":
+    _preload()
     if not _single_threaded():
         os.execv(sys.executable, [sys.executable, "-m", "pyspark.daemon", *sys.argv[1:]])
     from pyspark import daemon
