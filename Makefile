@@ -54,7 +54,7 @@ $(TOXIPROXY):
 	GOBIN=$(abspath .mirrorflow/bin/go) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 	mv .mirrorflow/bin/go/server $@ && rmdir .mirrorflow/bin/go
 
-# Two pytest sessions side by side (tests/support/lanes.py: the suite mostly waits on brokers and streams).
+# Three pytest sessions side by side (tests/support/lanes.py: the suite mostly waits on brokers and streams).
 test: setup lint browser toxiproxy
 	PYTHONPATH=tests $(BIN)/python -m support.lanes
 
