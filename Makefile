@@ -11,7 +11,9 @@ export UV_PYTHON_DOWNLOADS := never
 
 .PHONY: setup demo test test-unit lint browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos stop clean
 
+# The class archive local Spark sessions start from (once per JDK and jar set; spark/class_archive.py).
 setup: $(BIN)/mirrorflow
+	@$(BIN)/python -m mirrorflow.spark.class_archive
 
 $(BIN)/mirrorflow: pyproject.toml uv.lock
 	@command -v java >/dev/null && command -v mvn >/dev/null || { \
@@ -54,7 +56,7 @@ $(TOXIPROXY):
 	GOBIN=$(abspath .mirrorflow/bin/go) go install github.com/Shopify/toxiproxy/v2/cmd/server@$(TOXIPROXY_VERSION)
 	mv .mirrorflow/bin/go/server $@ && rmdir .mirrorflow/bin/go
 
-# Three pytest sessions side by side (tests/support/lanes.py: the suite mostly waits on brokers and streams).
+# Two pytest sessions side by side (tests/support/lanes.py: the suite mostly waits on brokers and streams).
 test: setup lint browser toxiproxy
 	PYTHONPATH=tests $(BIN)/python -m support.lanes
 

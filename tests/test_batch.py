@@ -351,6 +351,19 @@ def test_a_local_sessions_python_workers_start_with_the_writer_already_imported_
     assert all(".zip" not in r.pyspark and r.archives == "[]" for r in rows), rows
 
 
+def test_a_local_sessions_jvm_maps_the_class_archive_make_setup_wrote(spark: Any) -> None:
+    # The JVM validates an archive against its JDK and classpath and unmaps one that does not match: mapped, it is
+    # used.
+    from mirrorflow.spark import spark_session
+
+    archive = spark_session.class_archive()
+    assert archive is not None and archive.exists(), archive
+    jvm = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    with open(f"/proc/{jvm.getPid()}/maps") as maps:
+        mapped = {line.split()[-1] for line in maps if line.rstrip().endswith(".jsa")}
+    assert str(archive) in mapped, mapped
+
+
 def test_the_copiers_python_record_digest_equals_sparks_on_every_kind_of_record(spark: Any) -> None:
     import datetime
     import random

@@ -8,7 +8,7 @@ import zipfile
 from pathlib import Path
 
 from mirrorflow.spark import spark_logs
-from mirrorflow.spark.spark_session import local_cores
+from mirrorflow.spark.spark_session import archive_name, local_cores
 
 
 def test_local_masters_name_their_cores_and_other_masters_none() -> None:
@@ -74,3 +74,25 @@ def test_the_daemon_drops_sparks_copies_of_installed_packages_and_jars_without_p
     path = [*map(str, archives.values()), str(elsewhere), str(site)]
     assert redundant_archives(path) == [str(archives[n]) for n in ("pyspark.zip", "py4j-0.10.9.9-src.zip", "core.jar")]
     assert redundant_archives([str(archives["pyspark.zip"])]) == []  # nothing installed: Spark's copy is needed
+
+
+def test_the_class_archives_name_changes_with_the_jdk_and_every_jar_and_with_nothing_else(tmp_path: Path) -> None:
+    jdk = tmp_path / "jdk"
+    (jdk / "bin").mkdir(parents=True)
+    (jdk / "lib").mkdir()
+    java, image = jdk / "bin" / "java", jdk / "lib" / "modules"
+    java.write_bytes(b"java")
+    image.write_bytes(b"modules")
+    jars = [tmp_path / "a.jar", tmp_path / "b.jar"]
+    for jar in jars:
+        jar.write_bytes(b"jar")
+    name = archive_name(java, jars)
+    assert name.startswith("spark-classes-") and name.endswith(".jsa")
+    assert archive_name(java, list(reversed(jars))) == name  # the classpath's order is not the archive's
+    (tmp_path / "c.jar").write_bytes(b"jar")
+    assert archive_name(java, [*jars, tmp_path / "c.jar"]) != name
+    jars[1].write_bytes(b"a newer jar")
+    assert archive_name(java, jars) != name
+    newer = archive_name(java, jars)
+    image.write_bytes(b"another JDK's modules")
+    assert archive_name(java, jars) != newer
