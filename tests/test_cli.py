@@ -129,7 +129,8 @@ def test_validate_refuses_a_producer_batching_the_writer_would_refuse_in_one_lin
     assert r.returncode == 2 and "b.producer.linger.ms" in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
 
 
-@pytest.mark.parametrize("command", [["validate"], ["stream", "--flow", "a->b"]])
+@pytest.mark.parametrize("command", [["validate"], ["stream", "--flow", "a->b"],
+                                     ["backfill", "--flow", "a->b", "--from-offsets", '{"t": {"0": 0}}']])
 def test_a_source_message_size_the_copier_cannot_read_is_refused_in_one_line(tmp_path: Path, command: list[str]
                                                                             ) -> None:
     cfg = tmp_path / "sizes.properties"

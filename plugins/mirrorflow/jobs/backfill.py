@@ -38,7 +38,7 @@ from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import batch_plan
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
-from mirrorflow.spark import copier, spark_session
+from mirrorflow.spark import copier, spark_session, stream_writer
 from mirrorflow.spark.stream_writer import WriterSpec
 
 log = logging.getLogger(__name__)
@@ -107,6 +107,9 @@ def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EV
     audit.require_provenance(flow, "backfill")
     if from_offsets is None and window.from_ms is None:
         raise ConfigError("backfill needs where to start: start offsets or a from time")
+    # The stream's copier and writer: what they refuse, refused before anything is paused or written.
+    stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
+    copier.check_consumer_tuning(link.settings("source", "consumer"), link.source.alias)
     link.ensure_syncs_topic()
     begun = time.monotonic()
     resume = _pause(link, pause)
