@@ -56,24 +56,32 @@ def under_spark_submit() -> bool:
 def archive_name(java: Path, jars: list[Path]) -> str:
     """The class-data archive's file name for a JVM of `java` with `jars` on its classpath: it names the JDK's
     binary and image and every jar (name, size, time), so a different JDK or jar set looks for another archive and,
-    finding none, starts without one (a JVM given an archive of other jars only warns and ignores it)."""
+    finding none, starts without one."""
     java = java.resolve()
+
+    def stamp(p: Path) -> str:
+        if not p.exists():
+            return str(p)
+        st = p.stat()
+        return f"{p}:{st.st_size}:{st.st_mtime_ns}"
+
     stamps = [java, java.parent.parent / "lib" / "modules", *sorted(jars)]
-    digest = hashlib.sha1("\n".join(f"{p}:{p.stat().st_size}:{p.stat().st_mtime_ns}" if p.exists() else str(p)
-                                     for p in stamps).encode()).hexdigest()
+    digest = hashlib.sha1("\n".join(map(stamp, stamps)).encode()).hexdigest()
     return f"spark-classes-{digest[:16]}.jsa"
 
 
-def class_archive() -> Path | None:
+def class_archive(extra_jars: list[Path] | None = None) -> Path | None:
     """Where a local session's JVM finds the classes Spark loads at start-up already parsed and verified (a dynamic
-    class-data-sharing archive, `make setup`: spark/class_archive): about 3 of the 9 CPU seconds a local session
-    with one Python job took to start here. None without a `java` on the path."""
+    class-data-sharing archive, `make setup`: spark/class_archive): 3 to 5 of the 9 to 12 CPU seconds a local
+    session with one Python job took to start here. `extra_jars`: the session's `spark.jars` (the Kafka connector's
+    by default). None without a `java` on the path."""
     import pyspark
 
     java = shutil.which("java")
     if java is None:
         return None
-    jars = [*(Path(pyspark.__file__).parent / "jars").glob("*.jar"), *kafka_jars()]
+    jars = [*(Path(pyspark.__file__).parent / "jars").glob("*.jar"),
+            *(kafka_jars() if extra_jars is None else extra_jars)]
     return paths.jar_cache() / archive_name(Path(java), jars)
 
 
@@ -95,10 +103,11 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g", re
                # Python job: 105 ms over TCP, 61 over a Unix socket, here): a micro-batch pays it once per task.
                "spark.python.unix.domain.socket.enabled": "true"}
     if not under_spark_submit():
-        options |= {"spark.master": master, "spark.jars": ",".join(str(j) for j in kafka_jars()),
+        jars = kafka_jars()
+        options |= {"spark.master": master, "spark.jars": ",".join(str(j) for j in jars),
                     "spark.driver.memory": driver_memory, "spark.ui.enabled": "false"}
         if master.startswith("local"):  # workers run this interpreter, so they can fork from a warm daemon
-            archive = class_archive()
+            archive = None if archive_classes_to else class_archive(jars)
             sharing = (f" -XX:ArchiveClassesAtExit={archive_classes_to} -Xlog:cds=off" if archive_classes_to
                        else f" -XX:SharedArchiveFile={archive}" if archive is not None and archive.exists() else "")
             options |= {"spark.python.daemon.module": "mirrorflow.spark.spark_daemon",
