@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +14,7 @@ from confluent_kafka.admin import AdminClient
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.rules.batch_plan import Range
-from mirrorflow.spark import copier
+from mirrorflow.spark import copier, stream_writer
 from mirrorflow.spark.stream_writer import Gap, Run, Slice, WriterSpec
 from support.clusters import PORTS
 from support.streams import QUIET, create_topic
@@ -111,6 +112,29 @@ def test_a_lingering_range_copies_what_arrives_past_its_end_until_the_deadline(s
     after = [o for _, r in copier._runs(spec, [Range("copier.linger", 0, 120, 123)]) if isinstance(r, Run)
              for o in r.offsets]
     assert after == [120, 121, 122]
+
+
+def test_a_linger_the_driver_ends_early_ends_where_the_partition_got_to_long_before_its_deadline(
+        spec: WriterSpec) -> None:
+    create_topic(ALPHA, "copier.ended", 1)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 0, **QUIET})
+    for i in range(30):
+        p.produce("copier.ended", b"r%d" % i, partition=0)
+    assert p.flush(30) == 0
+    lingering = dataclasses.replace(spec, remote={"copier.ended": "alpha.copier.ended"},
+                                    linger_until=time.time() + 120.0, batch_key=f"copier-{uuid.uuid4().hex}")
+    began = time.monotonic()
+    read: list[int] = []
+    try:
+        for _, part in copier._runs(lingering, [Range("copier.ended", 0, 0, 10)]):
+            if isinstance(part, Run):
+                read += part.offsets
+            if len(read) == 30 and not stream_writer.end_linger(lingering):  # told once it has read what there is
+                pytest.fail("a local batch's linger can be ended")
+    finally:
+        stream_writer.drop_seat_claims(lingering)
+    assert read == list(range(30))  # past its range's end (C6), up to where it got to
+    assert time.monotonic() - began < 30  # not the 120 s deadline
 
 
 def test_a_worker_holds_no_more_past_its_ranges_than_its_prefetch_queue_and_reads_released_partitions_afresh(

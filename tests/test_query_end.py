@@ -4,7 +4,7 @@ JVM inside its exception): no Spark needed to tell them apart."""
 from __future__ import annotations
 
 from mirrorflow.errors import FATAL
-from mirrorflow.jobs.stream import QueryEnd, query_end
+from mirrorflow.jobs.query_end import QueryEnd, query_end
 from mirrorflow.jobs.topic_changes import RECREATED
 
 

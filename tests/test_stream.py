@@ -235,7 +235,7 @@ def test_records_arriving_while_a_batch_lingers_are_copied_and_committed_by_that
         stream_clusters: config.MirrorConfig, tmp_path: Path) -> None:
     cfg = tmp_path / "mirror.properties"
     cfg.write_text(config_text(("dwell", "dwelt"), (PORTS["alpha"], PORTS["beta"]), ["dwell->dwelt"],
-                               "dwell->dwelt.topics = dwell\\..*\nmirrorflow.stream.linger.ms = 30000\n"))
+                               "dwell->dwelt.topics = dwell\\..*\nmirrorflow.stream.linger.ms = 120000\n"))
     create_topic(ALPHA, "dwell.t", 2)
     stream = StreamProcess(cfg, "dwell->dwelt", tmp_path / "stream")
     stream.start("--metrics-port", str(LINGER_METRICS_PORT))
@@ -267,10 +267,13 @@ def test_records_arriving_while_a_batch_lingers_are_copied_and_committed_by_that
         # Without lingering each record would have needed a batch of its own; a batch boundary may fall in between,
         # and a record arriving at it waits for the next batch's task (over 5 s once, on a loaded CI machine).
         assert batches() - before <= 1
-        assert sorted(waits)[1] < 5 and max(waits) < 20, waits  # a 30 s linger: committed in slices, not at its end
+        assert sorted(waits)[1] < 5 and max(waits) < 20, waits  # a 120 s linger: committed in slices, not at its end
         values = sorted(m.value() for n in range(2) for m in read_partition(BETA, "dwell.dwell.t", n, committed=True))
         assert values == [b"first", b"later 0", b"later 1", b"later 2"]
+        stopping = time.monotonic()
         assert stream.stop() == 0
+        # The stop ends the running batch's linger: the batch ends at once, and the stop is a clean one.
+        assert time.monotonic() - stopping < 30 and "stopped during it" not in stream.output(), stream.output()[-2000:]
     finally:
         if stream.proc is not None and stream.proc.poll() is None:
             stream.stop()

@@ -43,18 +43,19 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
 
-from mirrorflow.errors import FATAL, OperationalError
+from mirrorflow.errors import OperationalError
 from mirrorflow.jobs import lifecycle, reset
 from mirrorflow.jobs.driver_writes import DriverWrites
+from mirrorflow.jobs.query_end import QueryEnd, query_end
 from mirrorflow.jobs.stream_checkpoint import StreamCheckpoint
 from mirrorflow.jobs.stream_digests import StreamDigests
 from mirrorflow.jobs.stream_progress import StreamProgress
-from mirrorflow.jobs.topic_changes import RECREATED, TopicChanges
+from mirrorflow.jobs.topic_changes import TopicChanges
 from mirrorflow.kafka import admin_sync, offset_sync_log
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
@@ -72,8 +73,11 @@ from mirrorflow.status import metrics
 log = logging.getLogger(__name__)
 
 _GIVE_UP_AFTER = 5  # consecutive failed starts with no completed batch
+STOP_WAIT_S = 60.0  # how long a stop waits for the running batch past its linger's end (its writes' acknowledgements)
 _LOCAL_CHECKPOINT_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
                              "FileSystemBasedCheckpointFileManager")
+
+
 @dataclass(frozen=True)
 class StreamOptions:
     """One run's overrides; None: the flow's setting (its `mirrorflow.stream.*` and `mirrorflow.metrics.*`)."""
@@ -130,6 +134,8 @@ class _Driver:
         self.query_slots = 1  # task slots the running query's batches are cut into
         self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
         self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
+        self.running_batch: WriterSpec | None = None  # the spec of the batch whose tasks are copying, if one is
+        self.ending_query = False  # the query is to stop: its batches no longer linger
         self.stop_requested = threading.Event()
         self.lease: FlowLease | None = None
         self.server: Any = None
@@ -384,13 +390,20 @@ class _Driver:
         return QueryEnd("stopped")
 
     def _stop(self, query: Any) -> bool:
-        """Let a running batch finish so that its records and syncs are complete, then stop; True if no batch was
-        running when the query stopped."""
-        deadline = time.monotonic() + 60
+        """Let a running batch finish so that its records and syncs are complete, its linger ended early where its
+        tasks can be told (else waited out), then stop; True if no batch was running when the query stopped."""
+        self.ending_query = True
+        running = self.running_batch
+        told = running is None or stream_writer.end_linger(running)
+        wait_s = STOP_WAIT_S + (0 if told else self.settings.linger_ms / 1000)
+        deadline = time.monotonic() + wait_s
         try:
             while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
                 time.sleep(0.1)
             idle = not (query.isActive and query.status.get("isTriggerActive"))
+            if not idle:
+                log.warning("flow %s: the running batch did not end within %.0f s; stopped during it (the next start "
+                            "waits out its writes)", self.flow.name, wait_s)
             query.stop()
             return idle
         except (Py4JError, ConnectionError):
@@ -407,6 +420,7 @@ class _Driver:
 
     def _start_query(self) -> Any:
         self.first_batch_of_query = True
+        self.ending_query = False
         self.progress.query_started()
         if self._task_slots() > (self.writer_slots or 0):
             self._recover(2.0)  # more cores than when the ids were last fenced (a cluster's executors joined)
@@ -474,6 +488,9 @@ class _Driver:
         behind = batch_plan.full(read, self.settings.max_records_per_batch)  # the source had more than a batch
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
                           behind)
+        self.running_batch = spec
+        if self.ending_query:  # _stop looked before this batch was running
+            stream_writer.end_linger(spec)
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
         # Lingering tasks read quiet partitions too (their empty ranges), unless the batch is full: P6 then moves a
         # turn of partitions, and the others' records would only be held past their ranges, or dropped past what a
@@ -485,6 +502,7 @@ class _Driver:
             rows = (self.spark.sparkContext.range(len(slots), numSlices=len(slots))
                     .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect()) if slots else []
         finally:
+            self.running_batch = None
             stream_writer.drop_seat_claims(spec)
         written = time.monotonic()
         self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
@@ -554,7 +572,8 @@ class _Driver:
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=local, behind=behind,
-            linger_until=time.time() + self.settings.linger_ms / 1000 if self.settings.linger_ms else None,
+            linger_until=(time.time() + self.settings.linger_ms / 1000
+                          if self.settings.linger_ms and not self.ending_query else None),
             batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
 
     def _batch_starts(self, batch_id: int) -> dict[tuple[str, int], int]:
@@ -569,31 +588,3 @@ class _Driver:
         C6). Not for a query's first batch: positions reloaded from the offset syncs may be past a gap the driver
         has not recorded yet (the writer skips what the target holds)."""
         return dict(starts) if self.first_batch_of_query else batch_plan.resumed(starts, self.state.upstream_next)
-
-
-@dataclass(frozen=True)
-class QueryEnd:
-    """How the driver's watch of a query ended, which says what the supervisor does next: return (`stopped`), start
-    a query again (`lease regained`), from a new Spark checkpoint at the positions (`new checkpoint`), stop the
-    flow with one line (`fatal`), or restart from the checkpoint after a pause (`failed`)."""
-
-    kind: Literal["stopped", "lease regained", "new checkpoint", "fatal", "failed"]
-    detail: str = ""  # the fatal error's line, or the failed query's first line
-
-
-def query_end(error: str) -> QueryEnd:
-    """A failed query's end, from its error's text: the markers of a fatal error (errors.FATAL) and of re-created
-    source topics (topic_changes.RECREATED) cross Spark's JVM as text inside its exception."""
-    at = error.find(FATAL)
-    if at >= 0:
-        return QueryEnd("fatal", error[at + len(FATAL):].splitlines()[0].strip())
-    if RECREATED in error:
-        return QueryEnd("new checkpoint", _first_line(error))
-    return QueryEnd("failed", _first_line(error))
-
-
-def _first_line(error: str) -> str:
-    for line in error.splitlines():
-        if line.strip():
-            return line.strip()[:300]
-    return "unknown error"

@@ -26,7 +26,8 @@ one summary row per source partition. No record crosses into the JVM.
       further (C1 from there on). A task of a full batch (`spec.behind`) ends a partition past its range at its
       end as it finds it, waiting for no record. The summary's `upstream_next` says how far it got; the driver
       starts the partition's next range there. While lingering, a task that has read its ranges and what there is
-      makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them.
+      makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them. The driver
+      may end a batch's linger before its deadline (stream_writer.end_linger): the same end, sooner.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
 records dequeued past the ranges' ends are held up to as many bytes as that queue may take: a partition whose
 records would take the worker past that is released (unassigned, what it held dropped), and the task that next reads
@@ -317,7 +318,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         return all(position.get(tp, -1) >= planned[tp] or eof.get(tp, -1) >= planned[tp] for tp in open_)
 
     while open_:
-        if lingering and not messages and time.time() >= spec.linger_until:  # type: ignore[operator]
+        if lingering and not messages and not spec.lingers():
             lingering = False
             for tp in open_:  # C6: each partition ends where it got to, and no sooner than its range
                 until[tp] = max(planned[tp], position.get(tp, planned[tp]))

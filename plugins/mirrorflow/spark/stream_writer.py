@@ -136,8 +136,12 @@ class WriterSpec:
     behind: bool = False
 
     def lingers(self) -> bool:
-        """Whether its tasks still read on past their ranges' ends (copier C6): a deadline not passed yet."""
-        return self.linger_until is not None and time.time() < self.linger_until
+        """Whether its tasks still read on past their ranges' ends (copier C6): a deadline not passed yet, and the
+        driver has not ended the batch's linger early (end_linger)."""
+        if self.linger_until is None or time.time() >= self.linger_until:
+            return False
+        claims = seat_claims(self)
+        return claims is None or not (claims / _LINGER_ENDED).exists()
 
     @classmethod
     def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
@@ -849,6 +853,7 @@ def partition_transactional_id(source: str, target: str, tp: TopicPartition) -> 
 # keeps its producer for the next task of the same slot only while the mark is still its own (Spark may run that
 # task in another worker, whose init fences this producer) and the driver has not fenced the ids since.
 _MARKS = Path(tempfile.gettempdir()) / f"mirrorflow-writers-{os.getuid()}"
+_LINGER_ENDED = "linger-ended"  # in a batch's claims: the driver ended its linger (end_linger)
 _TOKENS: dict[str, tuple[str, int]] = {}  # transactional id -> (this worker's mark, the driver's fencing it followed)
 
 
@@ -886,8 +891,20 @@ def seat_claims(spec: WriterSpec) -> Path | None:
     return None if spec.batch_key is None else _MARKS / f"seats-{spec.batch_key}"
 
 
+def end_linger(spec: WriterSpec) -> bool:
+    """The driver, wanting the batch over soon (a stop, a new query): its lingering tasks end as if their deadline
+    had passed (copier C6) at their next look. True if they can be told: a local master's workers see the driver's
+    files; a cluster's tasks linger to their deadline."""
+    claims = seat_claims(spec)
+    if claims is None:
+        return False
+    claims.mkdir(parents=True, exist_ok=True)
+    (claims / _LINGER_ENDED).touch()
+    return True
+
+
 def drop_seat_claims(spec: WriterSpec) -> None:
-    """The driver, once the batch's tasks returned (or failed)."""
+    """The driver, once the batch's tasks returned (or failed): its claims and its linger's end."""
     claims = seat_claims(spec)
     if claims is not None:
         shutil.rmtree(claims, ignore_errors=True)
