@@ -488,9 +488,6 @@ class _Driver:
         behind = batch_plan.full(read, self.settings.max_records_per_batch)  # the source had more than a batch
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
                           behind)
-        self.running_batch = spec
-        if self.ending_query:  # _stop looked before this batch was running
-            stream_writer.end_linger(spec)
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
         # Lingering tasks read quiet partitions too (their empty ranges), unless the batch is full: P6 then moves a
         # turn of partitions, and the others' records would only be held past their ranges, or dropped past what a
@@ -498,7 +495,10 @@ class _Driver:
         slots = batch_plan.slot_ranges(self._lingered(self._batch_starts(batch_id)), ends, self.query_slots,
                                        empty=spec.linger_until is not None and not behind)
         writing = time.monotonic()
+        self.running_batch = spec
         try:
+            if self.ending_query:  # _stop looked before this batch was running
+                stream_writer.end_linger(spec)
             rows = (self.spark.sparkContext.range(len(slots), numSlices=len(slots))
                     .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect()) if slots else []
         finally:
