@@ -135,6 +135,16 @@ def test_a_linger_the_driver_ends_early_ends_where_the_partition_got_to_long_bef
         stream_writer.drop_seat_claims(lingering)
     assert read == list(range(30))  # past its range's end (C6), up to where it got to
     assert time.monotonic() - began < 30  # not the 120 s deadline
+    # Ended before a task starts: the task reads its range to its end and no further (C1).
+    ended = dataclasses.replace(lingering, batch_key=f"copier-{uuid.uuid4().hex}")
+    assert stream_writer.end_linger(ended)
+    try:
+        began = time.monotonic()
+        read = [o for _, r in copier._runs(ended, [Range("copier.ended", 0, 0, 10)])
+                if isinstance(r, Run) for o in r.offsets]
+    finally:
+        stream_writer.drop_seat_claims(ended)
+    assert read == list(range(10)) and time.monotonic() - began < 30
 
 
 def test_a_worker_holds_no_more_past_its_ranges_than_its_prefetch_queue_and_reads_released_partitions_afresh(

@@ -394,7 +394,9 @@ class _Driver:
         tasks can be told (else waited out), then stop; True if no batch was running when the query stopped."""
         self.ending_query = True
         running = self.running_batch
-        told = running is None or stream_writer.end_linger(running)
+        # With no batch running yet, one about to start sees `ending_query` (a local master) or lingers its full time.
+        told = str(self.spark.sparkContext.master).startswith("local") if running is None else \
+            stream_writer.end_linger(running)
         wait_s = STOP_WAIT_S + (0 if told else self.settings.linger_ms / 1000)
         deadline = time.monotonic() + wait_s
         try:

@@ -898,8 +898,9 @@ def end_linger(spec: WriterSpec) -> bool:
     claims = seat_claims(spec)
     if claims is None:
         return False
-    claims.mkdir(parents=True, exist_ok=True)
-    (claims / _LINGER_ENDED).touch()
+    with contextlib.suppress(FileNotFoundError):  # the batch ended meanwhile and its claims were dropped
+        claims.mkdir(parents=True, exist_ok=True)
+        (claims / _LINGER_ENDED).touch()
     return True
 
 
