@@ -202,7 +202,11 @@ def test_a_delayed_link_adds_twice_the_one_way_latency_to_each_round_trip(site: 
         for n in range(NODES):
             site.links.undelay(f"src-{n + 1}")
     print(f"\nmetadata round trip through the src links: {plain:.1f} ms, with 25 ms each way {delayed:.1f} ms")
-    assert delayed >= 50 and round_trip_ms() < 25  # a round trip is at least twice the one-way delay, and back
+    assert delayed >= 50  # a round trip is at least twice the one-way delay
+    # And back: the data already queued in the proxy may still pass the toxic, and a loaded CI machine once measured
+    # 43 ms just after it was removed, so the link gets a few tries (a delay never removed stays >= 50 in each).
+    back = [round_trip_ms() for _ in range(10)]
+    assert min(back) < 25, back
 
 
 def test_a_source_link_cut_for_60_s_stalls_the_flow_visibly_and_it_resumes_with_nothing_lost(site: Site) -> None:
