@@ -395,8 +395,7 @@ class _Driver:
         self.ending_query = True
         running = self.running_batch
         # With no batch running yet, one about to start sees `ending_query` (a local master) or lingers its full time.
-        told = str(self.spark.sparkContext.master).startswith("local") if running is None else \
-            stream_writer.end_linger(running)
+        told = self._local_master() if running is None else stream_writer.end_linger(running)
         wait_s = STOP_WAIT_S + (0 if told else self.settings.linger_ms / 1000)
         deadline = time.monotonic() + wait_s
         try:
@@ -567,7 +566,7 @@ class _Driver:
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
               paused: frozenset[tuple[str, int]], behind: bool) -> WriterSpec:
-        local = str(self.spark.sparkContext.master).startswith("local")
+        local = self._local_master()
         return WriterSpec.of(
             self.link, remote=dict(remote), upstream_next=dict(self.state.upstream_next), ends=dict(ends),
             downstream_next=dict(self.state.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
@@ -577,6 +576,10 @@ class _Driver:
             linger_until=(time.time() + self.settings.linger_ms / 1000
                           if self.settings.linger_ms and not self.ending_query else None),
             batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
+
+    def _local_master(self) -> bool:
+        """Whether the executors are this host's processes, seeing the driver's files (seat claims, a linger's end)."""
+        return str(self.spark.sparkContext.master).startswith("local")
 
     def _batch_starts(self, batch_id: int) -> dict[tuple[str, int], int]:
         """Where the batch reads from: Spark's start of it (the previous batch's ends, or the first batch's kept
