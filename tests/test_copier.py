@@ -4,6 +4,7 @@ on cue (records deleted while a range is read, a range of transaction markers on
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ SLOW = {"fetch.max.bytes": 20_000, "message.max.bytes": 20_000, "max.partition.f
 @pytest.fixture
 def spec(local_clusters: config.MirrorConfig) -> Iterator[WriterSpec]:
     link = FlowLink.of(local_clusters, "alpha->beta")
-    topics = ("copier.gap", "copier.markers", "copier.linger", "copier.held", "copier.behind")
+    topics = ("copier.gap", "copier.markers", "copier.linger", "copier.held", "copier.behind", "copier.slices")
     made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in topics}, upstream_next={}, ends={}, downstream_next={},
                          source_consumer_settings={**link.settings("source", "consumer"), **SLOW})
     yield made
@@ -190,3 +191,29 @@ def test_a_lingering_task_of_a_full_batch_reads_on_to_the_partitions_end_and_wai
             read[tp[1]] += part.offsets
     assert time.monotonic() - began < 20  # not the minute it could linger
     assert read == {0: list(range(150)), 1: list(range(150))}
+
+
+def test_a_full_batchs_task_commits_its_backlog_once_a_second_where_one_that_keeps_up_commits_every_50_ms(
+        spec: WriterSpec) -> None:
+    create_topic(ALPHA, "copier.slices", 1)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 5, "batch.num.messages": 10, **QUIET})
+    for _ in range(2_000):
+        p.produce("copier.slices", bytes(1024), partition=0)
+    assert p.flush(30) == 0
+
+    def slices(lingering: WriterSpec) -> tuple[list[float], int, float]:
+        began, times, read = time.monotonic(), [], 0
+        for _, part in copier._runs(lingering, [Range("copier.slices", 0, 0, 100)]):
+            if isinstance(part, Slice):
+                times.append(time.monotonic())
+            elif isinstance(part, Run):
+                read += len(part.offsets)
+                time.sleep(0.1)  # SLOW's fetches of 10 records, each taking a while: a backlog read for seconds
+        copier._drop_reader(lingering.flow)  # the next read starts at offset 0 afresh
+        return times, read, time.monotonic() - began
+
+    behind, read, took = slices(dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=True))
+    assert read == 2_000 and len(behind) >= 2, (took, behind)
+    assert all(b - a >= copier.SLICE_BEHIND_S for a, b in itertools.pairwise(behind)), behind
+    keeping_up, read, _ = slices(dataclasses.replace(spec, linger_until=time.time() + took + 1.0))
+    assert read == 2_000 and len(keeping_up) > 5 * len(behind), (len(keeping_up), len(behind))
