@@ -13,6 +13,8 @@ Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; topic
   transactional  a 12-partition topic written in transactions of 4 records; both mirrors read_committed.
   exactly-once   the plain topic again, into an exactly-once target (MM2: exactly.once.source.support).
   many           100 topics x 12 partitions, the same total volume, with mirrorflow's per-batch times.
+Every mirrorflow flow lingers 60 s and takes batches of up to 1,000,000 records (FLOW_PROPERTIES: its latency and
+catch-up tuning, against the defaults of 1,500 ms and 250,000).
   wan            a WAN between the clusters: Toxiproxy in front of each, 25 ms each way (a 50 ms round trip); each
                  mirror runs beside the target (it reads across the WAN), then beside the source (it writes across
                  it). The same WAN tuning for both (WAN_TUNING: larger fetches and socket buffers,
@@ -177,8 +179,9 @@ def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
 
 STREAM_ARGS: list[str] = []  # --stream-args: more arguments for every mirrorflow stream (experiments)
 # mirrorflow's catch-up tuning: batches of up to a million records, so that a backlog over many partitions takes fewer
-# turns (P6), each costing about 200 ms of driver and trigger between two batches. One run each, plain then many
-# (`--modes plain,many --skip-mm2`): 139,255 and 93,053 records/s at 250,000 (8 batches), 131,981 and 100,618 here.
+# turns (P6), each costing about 200 ms of driver and trigger between two batches. Two runs of `--modes plain,many
+# --skip-mm2`, one at each cap: plain 139,255 and many 93,053 records/s (8 batches) at 250,000; 131,981 and 100,618
+# (2 batches) at 1,000,000. One run each: the many row's direction, not its size.
 MAX_RECORDS_PER_BATCH = 1_000_000
 # The lines every mirrorflow properties file ends with: the latency and catch-up tuning, then --flow-properties
 # (experiments).

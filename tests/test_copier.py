@@ -201,19 +201,28 @@ def test_a_full_batchs_task_commits_its_backlog_once_a_second_where_one_that_kee
         p.produce("copier.slices", bytes(1024), partition=0)
     assert p.flush(30) == 0
 
-    def slices(lingering: WriterSpec) -> tuple[list[float], int, float]:
-        began, times, read = time.monotonic(), [], 0
-        for _, part in copier._runs(lingering, [Range("copier.slices", 0, 0, 100)]):
+    def parts(lingering: WriterSpec) -> list[tuple[str, int, float]]:
+        """("run", its last offset, when) and ("slice", -1, when), until the 2,000 records are read."""
+        out: list[tuple[str, int, float]] = []
+        read = copier._runs(lingering, [Range("copier.slices", 0, 0, 100)])
+        for _, part in read:
             if isinstance(part, Slice):
-                times.append(time.monotonic())
+                out.append(("slice", -1, time.monotonic()))
             elif isinstance(part, Run):
-                read += len(part.offsets)
-                time.sleep(0.1)  # SLOW's fetches of 10 records, each taking a while: a backlog read for seconds
+                out.append(("run", part.offsets[-1], time.monotonic()))
+                if part.offsets[-1] == 1_999:
+                    break
+                time.sleep(0.1)  # SLOW's fetches of a few dozen records, each taking a while: read for seconds
+        read.close()
         copier._drop_reader(lingering.flow)  # the next read starts at offset 0 afresh
-        return times, read, time.monotonic() - began
+        return out
 
-    behind, read, took = slices(dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=True))
-    assert read == 2_000 and len(behind) >= 2, (took, behind)
-    assert all(b - a >= copier.SLICE_BEHIND_S for a, b in itertools.pairwise(behind)), behind
-    keeping_up, read, _ = slices(dataclasses.replace(spec, linger_until=time.time() + took + 1.0))
-    assert read == 2_000 and len(keeping_up) > 5 * len(behind), (len(keeping_up), len(behind))
+    behind = parts(dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=True))
+    slices = [t for kind, _, t in behind if kind == "slice"]
+    assert behind[-1][:2] == ("run", 1_999) and len(slices) >= 2, behind
+    assert all(b - a >= copier.SLICE_BEHIND_S for a, b in itertools.pairwise(slices)), slices
+    # Keeping up, every run past the range's end is committed before the next one is read (each took 100 ms).
+    keeping_up = parts(dataclasses.replace(spec, linger_until=time.time() + 60.0))
+    assert keeping_up[-1][:2] == ("run", 1_999)
+    past = [i for i, (kind, last, _) in enumerate(keeping_up[:-1]) if kind == "run" and last >= 99]
+    assert past and all(keeping_up[i + 1][0] == "slice" for i in past), keeping_up

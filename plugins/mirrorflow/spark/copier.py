@@ -26,9 +26,9 @@ one summary row per source partition. No record crosses into the JVM.
       further (C1 from there on). A task of a full batch (`spec.behind`) ends a partition past its range at its
       end as it finds it, waiting for no record. The summary's `upstream_next` says how far it got; the driver
       starts the partition's next range there. While lingering, a task that has read its ranges and what there is
-      makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them, or, in a
-      full batch (a backlog), every SLICE_BEHIND_S. The driver may end a batch's linger before its deadline
-      (stream_writer.end_linger): the same end, sooner.
+      makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them; in a full
+      batch (a backlog) its Slices are at least SLICE_BEHIND_S apart. The driver may end a batch's linger before
+      its deadline (stream_writer.end_linger): the same end, sooner.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
 records dequeued past the ranges' ends are held up to as many bytes as that queue may take: a partition whose
 records would take the worker past that is released (unassigned, what it held dropped), and the task that next reads
@@ -61,9 +61,10 @@ _CONSUME_WAIT_S = 0.01  # consume() waits this long to fill its batch: a nearly-
 _NO_PARTITION = ("", -1)  # a Slice's: it is the task's
 _OPEN = 2**63 - 1  # a lingering partition's end: none yet (C6)
 SLICE_S = 0.05  # C6: a lingering task that has read what there is makes its copies visible at least this often
-# C6: a full batch's, this often: its records waited for a backlog already. Across a 50 ms link a read finds less than
-# it asks for at once whenever the link is slower than the copy, and a backlog committed as often as SLICE_S copied
-# 93,760 records/s, one committed every SLICE_BEHIND_S 125,209 (the bench's wan mode, beside the target).
+# C6: a full batch's Slices at least this far apart: its records waited for a backlog already. Across a 50 ms link a
+# read finds less than it asks for at once whenever the link is slower than the copy, so a backlog was committed
+# every 50 ms: the bench's wan mode beside the target copied 93,760 records/s so in run D, 125,209 and 166,700 in
+# two runs since (run E; other runs before D: 126,981-169,722; see the README's Benchmark).
 SLICE_BEHIND_S = 1.0
 _LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0  # new topics asked for one by one, more in one request for all
 
