@@ -212,7 +212,8 @@ def test_a_full_batchs_task_commits_its_backlog_once_a_second_where_one_that_kee
                 out.append(("run", part.offsets[-1], time.monotonic()))
                 if part.offsets[-1] == 1_999:
                     break
-                time.sleep(0.1)  # SLOW's fetches of a few dozen records, each taking a while: read for seconds
+                # Each run takes a while (2 ms a record, 100 ms at least): the backlog is read for 4 s or more.
+                time.sleep(max(0.1, 0.002 * len(part.offsets)))
         read.close()
         copier._drop_reader(lingering.flow)  # the next read starts at offset 0 afresh
         return out
@@ -221,7 +222,7 @@ def test_a_full_batchs_task_commits_its_backlog_once_a_second_where_one_that_kee
     slices = [t for kind, _, t in behind if kind == "slice"]
     assert behind[-1][:2] == ("run", 1_999) and len(slices) >= 2, behind
     assert all(b - a >= copier.SLICE_BEHIND_S for a, b in itertools.pairwise(slices)), slices
-    # Keeping up, every run past the range's end is committed before the next one is read (each took 100 ms).
+    # Keeping up, every run past the range's end is committed before the next one is read (each took 100 ms or more).
     keeping_up = parts(dataclasses.replace(spec, linger_until=time.time() + 60.0))
     assert keeping_up[-1][:2] == ("run", 1_999)
     past = [i for i, (kind, last, _) in enumerate(keeping_up[:-1]) if kind == "run" and last >= 99]
