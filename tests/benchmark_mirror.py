@@ -13,14 +13,14 @@ Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; topic
   transactional  a 12-partition topic written in transactions of 4 records; both mirrors read_committed.
   exactly-once   the plain topic again, into an exactly-once target (MM2: exactly.once.source.support).
   many           100 topics x 12 partitions, the same total volume, with mirrorflow's per-batch times.
-Every mirrorflow flow lingers 60 s and takes batches of up to 1,000,000 records (FLOW_PROPERTIES: its latency and
-catch-up tuning, against the defaults of 1,500 ms and 250,000).
   wan            a WAN between the clusters: Toxiproxy in front of each, 25 ms each way (a 50 ms round trip); each
                  mirror runs beside the target (it reads across the WAN), then beside the source (it writes across
                  it). The same WAN tuning for both (WAN_TUNING: larger fetches and socket buffers,
                  `dst.producer.compression.type = lz4`), compressible records (1 KiB of order-like JSON each,
                  written with lz4); throughput, latency at 5,000 records/s, and the bytes each copy takes on the
                  target's disk per record.
+Every mirrorflow flow lingers 60 s and takes batches of up to 1,000,000 records (FLOW_PROPERTIES: its latency and
+catch-up tuning, against the defaults of 1,500 ms and 250,000).
 Every MM2 run has the same tuning (MM2_TUNING, printed). Peak RSS and PSS are summed over each mirror's whole
 process tree. --compression adds a mirrorflow run per codec (throughput and latency) with
 `dst.producer.compression.type` set. Prints MM2's properties and a Markdown table, and writes the table, with the
