@@ -32,7 +32,8 @@ SLOW = {"fetch.max.bytes": 20_000, "message.max.bytes": 20_000, "max.partition.f
 @pytest.fixture
 def spec(local_clusters: config.MirrorConfig) -> Iterator[WriterSpec]:
     link = FlowLink.of(local_clusters, "alpha->beta")
-    topics = ("copier.gap", "copier.markers", "copier.linger", "copier.held", "copier.behind", "copier.slices")
+    topics = ("copier.gap", "copier.markers", "copier.linger", "copier.held", "copier.behind", "copier.slices",
+              "copier.unending")
     made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in topics}, upstream_next={}, ends={}, downstream_next={},
                          source_consumer_settings={**link.settings("source", "consumer"), **SLOW})
     yield made
@@ -227,3 +228,32 @@ def test_a_full_batchs_task_commits_its_backlog_once_a_second_where_one_that_kee
     assert keeping_up[-1][:2] == ("run", 1_999)
     past = [i for i, (kind, last, _) in enumerate(keeping_up[:-1]) if kind == "run" and last >= 99]
     assert past and all(keeping_up[i + 1][0] == "slice" for i in past), keeping_up
+
+
+def test_a_lingering_task_that_never_catches_up_still_commits_at_least_once_a_second(
+        spec: WriterSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    create_topic(ALPHA, "copier.unending", 1)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 5, "batch.num.messages": 10, **QUIET})
+    for _ in range(1_500):
+        p.produce("copier.unending", bytes(1024), partition=0)
+    assert p.flush(30) == 0
+    # Every read finds as many records as it asks for until the last: the task is never caught up.
+    monkeypatch.setattr(copier, "_CONSUME_MAX", 25)
+    for behind in (False, True):
+        parts: list[tuple[str, int, float]] = []
+        read = copier._runs(dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=behind),
+                            [Range("copier.unending", 0, 0, 100)])
+        for _, part in read:
+            if isinstance(part, Slice):
+                parts.append(("slice", -1, time.monotonic()))
+            elif isinstance(part, Run):
+                assert len(part.offsets) <= 25
+                parts.append(("run", part.offsets[-1], time.monotonic()))
+                if part.offsets[-1] == 1_499:
+                    break
+                time.sleep(0.05)  # 60 runs: the backlog is read for 3 s or more
+        read.close()
+        copier._drop_reader(spec.flow)
+        slices = [t for kind, _, t in parts if kind == "slice"]
+        assert parts[-1][:2] == ("run", 1_499) and len(slices) >= 2, (behind, parts)
+        assert all(b - a >= copier.SLICE_BEHIND_S for a, b in itertools.pairwise(slices)), (behind, slices)

@@ -27,6 +27,7 @@ Markdown report; writes drill-results.json.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import re
@@ -522,10 +523,13 @@ def run_dag(config_path: Path, dag_id: str, conf: dict[str, Any]) -> dict[str, A
     from airflow.utils.session import create_session
 
     with environ("MIRRORFLOW_CONFIG", str(config_path)):  # dag.test() parses the DAG file again
-        bag = DagBag(dag_folder=str(REPO / "dags"))
-        if bag.import_errors:
-            raise RuntimeError(f"DAG import errors: {bag.import_errors}")
-        run = bag.dags[dag_id].test(run_conf=conf)
+        try:
+            bag = DagBag(dag_folder=str(REPO / "dags"))
+            if bag.import_errors:
+                raise RuntimeError(f"DAG import errors: {bag.import_errors}")
+            run = bag.dags[dag_id].test(run_conf=conf)
+        finally:
+            _tracebacks_on_crash()
     with create_session() as session:
         states = {ti.task_id: str(ti.state) for ti in
                   session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run.run_id)}
@@ -535,6 +539,14 @@ def run_dag(config_path: Path, dag_id: str, conf: dict[str, Any]) -> dict[str, A
     if str(run.state) != "success":
         raise RuntimeError(f"{dag_id} ended {run.state}: {states}")
     return result
+
+
+def _tracebacks_on_crash() -> None:
+    """faulthandler back on SIGSEGV. Parsing a DAG file leaves Airflow's Python handler there (to name a crashing
+    file), and enable() alone does not take it back: a native crash in this process then hangs or dies unexplained
+    (CI: killed by SIGSEGV, nothing printed)."""
+    faulthandler.disable()
+    faulthandler.enable(file=sys.__stderr__, all_threads=True)
 
 
 def report_markdown(moves: list[Move], setup: str) -> str:

@@ -9,8 +9,10 @@ first lane prints as it goes, the second's output follows it; the exit status is
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -46,14 +48,22 @@ def main(args: list[str]) -> int:
             raise
     print(f"\n===== second lane ({', '.join(SECOND_LANE)}) =====", flush=True)
     sys.stdout.write(second_log.read_text())
-    print(f"\nlanes: first {first_s:.0f} s (exit {first}), both {time.monotonic() - began:.0f} s "
-          f"(second exit {second_rc})")
+    print(f"\nlanes: first {first_s:.0f} s ({_ended(first)}), both {time.monotonic() - began:.0f} s "
+          f"(second {_ended(second_rc)})")
     rc = first or second_rc
     if rc == 0:
         shutil.rmtree(work, ignore_errors=True)
     else:
         print(f"lanes: the second lane's files are in {work}")
     return rc
+
+
+def _ended(rc: int) -> str:
+    """How a lane's pytest ended: its exit code, or the signal that killed it (then it printed no summary)."""
+    if rc < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-rc).name}"
+    return f"exit {rc}"
 
 
 if __name__ == "__main__":

@@ -25,10 +25,11 @@ one summary row per source partition. No record crosses into the JVM.
       the next batch; at the deadline each partition ends where it got to, or at its range's end if that is
       further (C1 from there on). A task of a full batch (`spec.behind`) ends a partition past its range at its
       end as it finds it, waiting for no record. The summary's `upstream_next` says how far it got; the driver
-      starts the partition's next range there. While lingering, a task that has read its ranges and what there is
-      makes its copies visible (a Slice: a transaction's commit) at most SLICE_S after it read them; in a full
-      batch (a backlog) its Slices are at least SLICE_BEHIND_S apart. The driver may end a batch's linger before
-      its deadline (stream_writer.end_linger): the same end, sooner.
+      starts the partition's next range there. While lingering, a task that has read its ranges makes its copies
+      visible (a Slice: a transaction's commit) at most SLICE_S after it read what there is, and at least every
+      SLICE_BEHIND_S while records come faster than it reads them; in a full batch (a backlog) its Slices are at
+      least SLICE_BEHIND_S apart. The driver may end a batch's linger before its deadline
+      (stream_writer.end_linger): the same end, sooner.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
 records dequeued past the ranges' ends are held up to as many bytes as that queue may take: a partition whose
 records would take the worker past that is released (unassigned, what it held dropped), and the task that next reads
@@ -382,8 +383,9 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         if runs:
             progress = time.monotonic()  # after the writer took them: its waits are not the source's
             unsliced = True
-        if (lingering and unsliced and caught_up
-                and time.monotonic() - sliced >= (SLICE_BEHIND_S if spec.behind else SLICE_S) and past_ranges()):
+        since = time.monotonic() - sliced
+        if (lingering and unsliced and since >= (SLICE_BEHIND_S if spec.behind else SLICE_S)
+                and (caught_up or since >= SLICE_BEHIND_S) and past_ranges()):
             yield _NO_PARTITION, Slice()
             sliced, unsliced = time.monotonic(), False
 
