@@ -177,6 +177,14 @@ def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
     return used
 
 
+def machine_seconds() -> dict[str, float]:
+    """CPU seconds of the whole machine so far (/proc/stat): busy (every process, the kernel's interrupts) and
+    stolen by the hypervisor. Beside a copy's own trees they say whether something else took the cores."""
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9])
+    return {"busy": (user + nice + system + irq + softirq) / CLOCK_TICKS, "steal": steal / CLOCK_TICKS}
+
+
 STREAM_ARGS: list[str] = []  # --stream-args: more arguments for every mirrorflow stream (experiments)
 # mirrorflow's catch-up tuning: batches of up to a million records, so that a backlog over many partitions takes fewer
 # turns (P6), each costing about 200 ms of driver and trigger between two batches. Two runs of `--modes plain,many
@@ -224,15 +232,18 @@ class MirrorFailed(Exception):
 
 
 def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
-                limit_s: float) -> tuple[float, int, dict[str, float]]:
-    """(seconds from the first mirrored record to the last, records, CPU seconds per process tree in that time) on
-    the target. An exactly-once target's end offsets also count transaction markers, so they reach `want` early: the
-    copy is done when they have reached it and stop moving (2 s), and it ended at their last move."""
+                limit_s: float) -> tuple[float, int, dict[str, float], dict[str, float]]:
+    """(seconds from the first mirrored record to the last, records, CPU seconds per process tree in that time, the
+    machine's in that time) on the target. An exactly-once target's end offsets also count transaction markers, so
+    they reach `want` early: the copy is done when they have reached it and stop moving (2 s), and it ended at their
+    last move."""
     first_t, first_n, deadline = 0.0, 0, time.monotonic() + limit_s
     last_n, last_change = 0, time.monotonic()
     roots = {"mirror": proc.pid, **BROKERS}
     first_cpu: dict[str, float] = {}
     last_cpu: dict[str, float] = {}
+    first_machine: dict[str, float] = {}
+    last_machine: dict[str, float] = {}
     # One client for the whole wait: a new one every poll took the bench 0.10-0.12 cores on 1,200 partitions.
     admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{DST}", **QUIET})
     failure = ""  # why the last look at the target's end offsets failed: named if the copy seems not to move
@@ -246,12 +257,13 @@ def wait_copied(topics: list[str], want: int, proc: subprocess.Popen[bytes],
         else:
             failure = ""
         if n and not first_t:
-            first_t, first_n, first_cpu = time.monotonic(), n, cpu_seconds(roots)
+            first_t, first_n, first_cpu, first_machine = time.monotonic(), n, cpu_seconds(roots), machine_seconds()
         if n != last_n:
-            last_n, last_change, last_cpu = n, time.monotonic(), cpu_seconds(roots)
+            last_n, last_change, last_cpu, last_machine = n, time.monotonic(), cpu_seconds(roots), machine_seconds()
         elif n >= want and time.monotonic() - last_change >= 2:
             cpu = {k: v - first_cpu.get(k, 0.0) for k, v in last_cpu.items()}
-            return last_change - first_t, round(want * (n - first_n) / n), cpu  # markers in proportion
+            machine = {k: v - first_machine.get(k, 0.0) for k, v in last_machine.items()}
+            return last_change - first_t, round(want * (n - first_n) / n), cpu, machine  # markers in proportion
         elif time.monotonic() - last_change > 180:
             raise MirrorFailed(f"{topics[0]}: no progress for 180 s at {n:,} of {want:,} records{failure}")
         if proc.poll() is not None:
@@ -368,7 +380,7 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
     memory = PeakMemory(proc.pid)
     nan = float("nan")
     try:
-        seconds, copied, cpu = wait_copied(copies, records, proc, 3600)
+        seconds, copied, cpu, machine = wait_copied(copies, records, proc, 3600)
         batch = stream_status()
         p50 = p99 = idle_ms = rate_cores = nan
         if latency_topic:
@@ -386,7 +398,9 @@ def measure(proc: subprocess.Popen[bytes], copies: list[str], records: int, late
     return {"rps": copied / seconds, "target_bytes_per_record": stored / records, "seconds": seconds,
             "peak_rss_mb": rss, "peak_pss_mb": pss, "p50_ms": p50,
             "p99_ms": p99, "mirror_cores_at_rate": rate_cores, "after_idle_ms": idle_ms,
-            "cores_busy": sum(cpu.values()) / seconds, **per_k, **batch}
+            "cores_busy": sum(cpu.values()) / seconds, **per_k, **batch,
+            # the rest of the machine in the copy's time: processes outside the mirror and the brokers, and steal
+            "other_cores": (machine["busy"] - sum(cpu.values())) / seconds, "steal_cores": machine["steal"] / seconds}
 
 
 def target_bytes(topic: str) -> int:
@@ -587,15 +601,17 @@ def table(limit: dict[str, float], runs: list[Run], audit: dict[str, Any] | None
 
 def cpu_table(runs: list[Run]) -> str:
     """CPU milliseconds per 1,000 records copied, per process tree, while each mirror copied its backlog; all of it
-    over the copy's seconds is how many of the machine's cores were busy; and the mirror's cores at the latency
-    phase's fixed rate."""
+    over the copy's seconds is how many of the machine's cores were busy, and beside it the cores the rest of the
+    machine took meanwhile (other processes; the hypervisor's steal); and the mirror's cores at the latency phase's
+    fixed rate."""
     kinds = ("mirror JVM", "mirror Python driver", "mirror Python workers", "source broker", "target broker")
     rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy | "
-            "bytes on the target's disk per record | mirror's cores at 5,000 records/s |",
-            "|---|---|" + "---:|" * (len(kinds) + 3)]
+            "other / steal cores | bytes on the target's disk per record | mirror's cores at 5,000 records/s |",
+            "|---|---|" + "---:|" * (len(kinds) + 4)]
     for name, mode, r in (run for run in runs if "failed" not in run[2]):
         cells = [f"{r[f'cpu_ms_per_k {k}']:,.0f}" if f"cpu_ms_per_k {k}" in r else "" for k in kinds]
         rows.append(f"| {name} | {mode} | " + " | ".join(cells) + f" | {r.get('cores_busy', math.nan):.2f} | "
+                    f"{r.get('other_cores', math.nan):.2f} / {r.get('steal_cores', math.nan):.2f} | "
                     f"{r.get('target_bytes_per_record', math.nan):,.0f} | "
                     f"{r.get('mirror_cores_at_rate', math.nan):.2f} |")
     return "\n".join(rows)
