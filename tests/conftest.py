@@ -116,6 +116,12 @@ def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 RESOURCE_FIXTURES = {"local_clusters": "kafka", "stream_clusters": "spark", "spark": "spark", "airflow_home": "airflow"}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    from support import dr_drill
+
+    dr_drill.crash_reports_fd = os.dup(sys.stderr.fileno())  # the real stderr: a test's capture takes fd 2 later
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     unmarked = [f"{item.nodeid} uses {fixture} but is not marked {marker}" for item in items
                 for fixture, marker in RESOURCE_FIXTURES.items()

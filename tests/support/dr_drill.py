@@ -541,12 +541,17 @@ def run_dag(config_path: Path, dag_id: str, conf: dict[str, Any]) -> dict[str, A
     return result
 
 
+# Where a crash's tracebacks go: under pytest a copy of the real stderr (tests/conftest.py), since while a test runs
+# fd 2 is pytest's capture file, lost with the process.
+crash_reports_fd: int | None = None
+
+
 def _tracebacks_on_crash() -> None:
     """faulthandler back on SIGSEGV. Parsing a DAG file leaves Airflow's Python handler there (to name a crashing
     file), and enable() alone does not take it back: a native crash in this process then hangs or dies unexplained
     (CI: killed by SIGSEGV, nothing printed)."""
     faulthandler.disable()
-    faulthandler.enable(file=sys.__stderr__, all_threads=True)
+    faulthandler.enable(file=sys.__stderr__ if crash_reports_fd is None else crash_reports_fd, all_threads=True)
 
 
 def report_markdown(moves: list[Move], setup: str) -> str:
