@@ -7,7 +7,7 @@ import dataclasses
 import itertools
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from confluent_kafka import Producer, TopicPartition
@@ -203,21 +203,8 @@ def test_a_full_batchs_task_commits_its_backlog_once_a_second_where_one_that_kee
     assert p.flush(30) == 0
 
     def parts(lingering: WriterSpec) -> list[tuple[str, int, float]]:
-        """("run", its last offset, when) and ("slice", -1, when), until the 2,000 records are read."""
-        out: list[tuple[str, int, float]] = []
-        read = copier._runs(lingering, [Range("copier.slices", 0, 0, 100)])
-        for _, part in read:
-            if isinstance(part, Slice):
-                out.append(("slice", -1, time.monotonic()))
-            elif isinstance(part, Run):
-                out.append(("run", part.offsets[-1], time.monotonic()))
-                if part.offsets[-1] == 1_999:
-                    break
-                # Each run takes a while (2 ms a record, 100 ms at least): the backlog is read for 4 s or more.
-                time.sleep(max(0.1, 0.002 * len(part.offsets)))
-        read.close()
-        copier._drop_reader(lingering.flow)  # the next read starts at offset 0 afresh
-        return out
+        # Each run takes a while (2 ms a record, 100 ms at least): the backlog is read for 4 s or more.
+        return _parts(lingering, "copier.slices", 1_999, lambda run: max(0.1, 0.002 * len(run.offsets)))
 
     behind = parts(dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=True))
     slices = [t for kind, _, t in behind if kind == "slice"]
@@ -241,22 +228,35 @@ def test_a_lingering_task_that_never_catches_up_still_commits_at_least_once_a_se
     # other tests' small fetches): the task is never caught up.
     monkeypatch.setattr(copier, "_CONSUME_MAX", 25)
     roomy = {k: v for k, v in spec.source_consumer_settings.items() if k not in SLOW}
+
+    def pause(run: Run) -> float:
+        assert len(run.offsets) <= 25
+        return 0.05  # 60 runs: the backlog is read for 3 s or more
+
     for behind in (False, True):
-        parts: list[tuple[str, int, float]] = []
-        read = copier._runs(dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=behind,
-                                                source_consumer_settings=roomy),
-                            [Range("copier.unending", 0, 0, 100)])
-        for _, part in read:
-            if isinstance(part, Slice):
-                parts.append(("slice", -1, time.monotonic()))
-            elif isinstance(part, Run):
-                assert len(part.offsets) <= 25
-                parts.append(("run", part.offsets[-1], time.monotonic()))
-                if part.offsets[-1] == 1_499:
-                    break
-                time.sleep(0.05)  # 60 runs: the backlog is read for 3 s or more
-        read.close()
-        copier._drop_reader(spec.flow)
+        lingering = dataclasses.replace(spec, linger_until=time.time() + 60.0, behind=behind,
+                                        source_consumer_settings=roomy)
+        parts = _parts(lingering, "copier.unending", 1_499, pause)
         slices = [t for kind, _, t in parts if kind == "slice"]
         assert parts[-1][:2] == ("run", 1_499) and len(slices) >= 2, (behind, parts)
         assert all(b - a >= copier.SLICE_BEHIND_S for a, b in itertools.pairwise(slices)), (behind, slices)
+
+
+def _parts(lingering: WriterSpec, topic: str, last: int, pause: Callable[[Run], float]
+           ) -> list[tuple[str, int, float]]:
+    """A lingering read of partition 0's range 0-100 until offset `last`: ("run", its last offset, when) and
+    ("slice", -1, when), each run followed by `pause(run)` seconds of the writer's time."""
+    out: list[tuple[str, int, float]] = []
+    read = copier._runs(lingering, [Range(topic, 0, 0, 100)])
+    for _, part in read:
+        if isinstance(part, Slice):
+            out.append(("slice", -1, time.monotonic()))
+        elif isinstance(part, Run):
+            out.append(("run", part.offsets[-1], time.monotonic()))
+            wait = pause(part)
+            if part.offsets[-1] == last:
+                break
+            time.sleep(wait)
+    read.close()
+    copier._drop_reader(lingering.flow)  # the next read starts at offset 0 afresh
+    return out
