@@ -62,7 +62,8 @@ WAN_PORTS = {"src": (26096, 26097), "dst": (26196, 26197)}
 WAN_API, WAN_ONE_WAY_MS = 26474, 25
 QUIET = {"log_level": 3}
 # MM2's documented tuning for high volume (Strimzi/Streams guide: producer batch 320 KiB, consumer fetch 50 MiB,
-# 1 MiB per partition, 500 records per poll), with mirrorflow's own linger (5 ms) so neither waits longer to send.
+# 1 MiB per partition, 500 records per poll), linger 5 ms: mirrorflow's idempotent writer's. Its transactional one
+# lingers 1 s but sends a full batch at once and the rest at each commit (at most 50 ms apart at a trickle).
 MM2_TUNING = {
     "tasks.max": "12",
     "dst.producer.batch.size": "327680",

@@ -29,6 +29,17 @@ def test_the_committed_ends_are_the_newest_committed_batchs_not_a_planned_one(tm
     assert offset_log.batch_ids(tmp_path) == [0, 1, 2]
 
 
+def test_a_checkpoint_is_uncommitted_only_while_its_newest_planned_batch_has_no_commit(tmp_path: Path) -> None:
+    assert not offset_log.uncommitted(tmp_path)  # a new checkpoint: nothing planned
+    _write_batch(tmp_path, 0, {"orders": {"0": 5}}, committed=False)
+    assert offset_log.uncommitted(tmp_path)  # planned, then the query failed, stopped or was killed in it
+    _write_batch(tmp_path, 0, {"orders": {"0": 5}}, committed=True)
+    _write_batch(tmp_path, 1, {"orders": {"0": 9}}, committed=True)
+    assert not offset_log.uncommitted(tmp_path)
+    _write_batch(tmp_path, 2, {"orders": {"0": 12}}, committed=False)
+    assert offset_log.uncommitted(tmp_path)
+
+
 def test_a_file_that_is_not_an_offset_log_reads_as_none_and_a_broken_checkpoint_as_nothing(tmp_path: Path) -> None:
     assert offset_log.parse_ends(["v1", _METADATA]) is None
     assert offset_log.parse_ends(["{}", _METADATA, "{}"]) is None

@@ -27,6 +27,15 @@ def test_without_target_settings_the_writer_batches_a_megabyte_uncompressed() ->
     assert (config["compression.type"], config["linger.ms"], config["batch.size"]) == ("none", 5, 1_048_576)
 
 
+def test_a_transactional_writer_lingers_at_least_a_second() -> None:
+    """Its commits flush (a Slice at most 50 ms apart at a trickle): the linger only keeps librdkafka from polling
+    without a timeout while a partition's in-flight requests are all out."""
+    short = producer_config({"linger.ms": "5"}, transactional_id="t")
+    assert short["linger.ms"] == 1000
+    assert producer_config({"linger.ms": "2500"}, transactional_id="t")["linger.ms"] == 2500
+    assert producer_config({"linger.ms": "5"})["linger.ms"] == "5"  # idempotent: the target's, as it says
+
+
 def test_what_delivery_rests_on_is_the_writers_whatever_the_target_says() -> None:
     config = producer_config({"acks": "1", "enable.idempotence": "false", "delivery.timeout.ms": "600000",
                               "message.timeout.ms": "600000"}, transactional_id="t")

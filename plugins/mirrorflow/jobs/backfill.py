@@ -206,7 +206,8 @@ def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
     spec = WriterSpec.of(
         link, remote={j.topic: j.remote for j in todo}, upstream_next={}, downstream_next={},
         ends={(j.topic, j.partition): j.end for j in todo}, provenance=True, transactional=link.exactly_once,
-        replay=True, unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None),
+        replay=True, exact_reports=True,
+        unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None),
         copied={tp: tuple(c) for tp, c in copied.items() if tp in starts}, fenced=time.time_ns())
     rows = (spark.sparkContext.range(len(slots), numSlices=len(slots))
             .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect())

@@ -127,6 +127,8 @@ class _Driver:
         self.state = FlowState(self.flow.number("mirrorflow.offset-syncs.anchors.max"),
                                self.flow.number("mirrorflow.offset-syncs.anchors.spacing"))
         self.first_batch_of_query = True
+        # WriterSpec.exact_reports of a query's first batch: after another query or an uncommitted batch (None: none)
+        self.exact_first_batch: bool | None = None
         self.digests = StreamDigests(link)
         self.progress = StreamProgress(link, self.metrics, self.settings.linger_ms, options.log_interval_s,
                                        options.quiet_log_interval_s)
@@ -421,6 +423,7 @@ class _Driver:
 
     def _start_query(self) -> Any:
         self.first_batch_of_query = True
+        self.exact_first_batch = self.exact_first_batch is not None or self.checkpoint.uncommitted()
         self.ending_query = False
         self.progress.query_started()
         if self._task_slots() > (self.writer_slots or 0):
@@ -570,6 +573,7 @@ class _Driver:
         return WriterSpec.of(
             self.link, remote=dict(remote), upstream_next=dict(self.state.upstream_next), ends=dict(ends),
             downstream_next=dict(self.state.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
+            exact_reports=self.first_batch_of_query and bool(self.exact_first_batch),
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=local, behind=behind,

@@ -63,6 +63,9 @@ class StreamCheckpoint:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / _RESET_MARKER).write_text(str(at_ms))
 
+    def uncommitted(self) -> bool:
+        return offset_log.uncommitted(self.path)
+
     def committed_ends(self) -> dict[TopicPartition, int]:
         return offset_log.committed_ends(self.path)
 

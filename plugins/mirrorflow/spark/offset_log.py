@@ -36,6 +36,14 @@ def batch_ids(checkpoint: Path) -> list[int]:
     return sorted(int(p.name) for p in logs.iterdir() if p.name.isdigit()) if logs.is_dir() else []
 
 
+def uncommitted(checkpoint: Path) -> bool:
+    """Whether the offset log's newest batch has no commit (a local checkpoint directory): Spark runs it again, the
+    batch a query failed, was stopped or killed in."""
+    ids = batch_ids(checkpoint)
+    commits = checkpoint / "commits"
+    return bool(ids) and not (commits / str(ids[-1])).exists()
+
+
 def committed_ends(checkpoint: Path) -> dict[TopicPartition, int]:
     """The end offsets of the newest batch the checkpoint (a local directory) committed; {} if none."""
     commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()]

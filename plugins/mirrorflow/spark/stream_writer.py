@@ -113,6 +113,9 @@ class WriterSpec:
     unsynced: frozenset[TopicPartition] = frozenset()
     # The first batch of a query may repeat records a failed attempt wrote: its first records are barriers.
     replay: bool = False
+    # Transactional: a delivery report per record, not only sparse ones (_PartitionWrite): the first batch after a
+    # query failed or was cut short, which names the record or partition that failed a commit without a report.
+    exact_reports: bool = False
     lease_member: str | None = None  # the driver's member id in the lease group: every write confirms it (W1)
     lease_own_ids: tuple[str, ...] = ()  # the driver's earlier member ids (never another instance)
     paused: frozenset[TopicPartition] = frozenset()  # stuck partitions the driver pauses: nothing of them written
@@ -418,11 +421,12 @@ class _Summary:
 class _PartitionWrite:
     """One source partition's records within one task: produced as they come, settled at the end.
 
-    Delivery reports: `exact` (idempotent records, and a transactional batch replayed after a failure) asks one per
-    record; otherwise only the partition's first record in the task, the first of each digest cell and the last of
-    each run report (a per-record callback cost about a sixth of the copy's CPU). The transaction's commit then
-    acknowledges the rest: a record refused without a report fails the commit, the query restarts, and its replay
-    has exact reports to say which partition is stuck or which record the target refused.
+    Delivery reports: `exact` (idempotent records; transactional, a task retried or a query's first batch after a
+    failure: exact_reports) asks one per record; otherwise only the partition's first record in the task, the first
+    of each digest cell and the last of each run report (a per-record callback cost about a sixth of the copy's
+    CPU). The transaction's commit then acknowledges the rest: a record refused without a report fails the commit,
+    the query restarts, and its first batch has exact reports to say which partition is stuck or which record the
+    target refused.
     """
 
     def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer,
@@ -438,7 +442,7 @@ class _PartitionWrite:
         if committed is not None and tp not in spec.unsynced and committed.upstream_next > self.upstream_next:
             self.upstream_next = committed.upstream_next
             self.downstream_next = -1 if committed.downstream_next is None else committed.downstream_next
-        self.exact = not spec.transactional or spec.replay or _task_attempt() > 0
+        self.exact = not spec.transactional or spec.exact_reports or _task_attempt() > 0
         self.written: list[int] = []  # upstream offsets, in produce order
         # Write index -> downstream offset of each reported record (exact: every one, in delivery order = produce
         # order in a partition). Bound: the task's records (exact), else its runs plus its cells.
@@ -801,12 +805,21 @@ _PRODUCER_DROPPED = {"delivery.timeout.ms", "transactional.id", "transaction.tim
                      "max.in.flight.requests.per.connection", "retries"}
 
 
+# A transactional writer's batch leaves when full, or at the commit's flush (each Slice: at most SLICE_S apart at a
+# trickle), so a long linger costs its records no latency. A short one cost CPU: whenever a partition's 5 idempotent
+# requests were in flight, librdkafka's broker thread polled without a timeout until one came back (17,500 polls a
+# second, a third of the workers' CPU, in the plain benchmark); with 1 s, 259.
+_TRANSACTIONAL_LINGER_MS = 1000
+
+
 def producer_config(target_settings: Mapping[str, Any], transactional_id: str | None = None) -> dict[str, Any]:
     """A writer producer's librdkafka settings: the target's producer settings over the writer's batching defaults,
-    under what delivery rests on (acks, idempotence, the W2 timeout) and, given one, the transactional id."""
+    under what delivery rests on (acks, idempotence, the W2 timeout) and, given one, the transactional id (then
+    lingering at least _TRANSACTIONAL_LINGER_MS)."""
     tuned = {k: v for k, v in target_settings.items() if k not in _PRODUCER_DROPPED}
     transactional = {} if transactional_id is None else {
-        "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS}
+        "transactional.id": transactional_id, "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        "linger.ms": max(float(tuned.get("linger.ms", 0)), _TRANSACTIONAL_LINGER_MS)}
     return {**_PRODUCER_TUNING, **tuned, **_PRODUCER_FIXED, **transactional}
 
 
