@@ -260,3 +260,20 @@ def _parts(lingering: WriterSpec, topic: str, last: int, pause: Callable[[Run], 
     read.close()
     copier._drop_reader(lingering.flow)  # the next read starts at offset 0 afresh
     return out
+
+
+def test_a_full_queue_of_partly_filled_lingering_batches_is_sent_at_once_not_after_the_linger(
+        local_clusters: config.MirrorConfig) -> None:
+    """A transactional writer lingers 1 s. Over many partitions its queue can fill with batches none of which is
+    full yet: the writer flushes them then instead of waiting out the linger with the queue full."""
+    create_topic(ALPHA, "writer.lingering", 12)
+    p = Producer({**stream_writer.producer_config({"bootstrap.servers": ALPHA}, f"writer-test-{uuid.uuid4().hex}"),
+                  "queue.buffering.max.messages": 12, **QUIET})
+    p.init_transactions(30)
+    p.begin_transaction()
+    begun = time.monotonic()
+    for i in range(120):  # ten fills of the queue, one record per partition each
+        stream_writer._produce(p, "writer.lingering", i % 12, None, b"r", int(time.time() * 1000), None, None)
+    took = time.monotonic() - begun
+    p.commit_transaction(30)
+    assert took < 4, f"{took:.1f} s: each full queue waited out the 1 s linger"

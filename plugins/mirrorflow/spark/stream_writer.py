@@ -660,8 +660,11 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
             producer.produce(topic, value, key, partition=partition, timestamp=ts, headers=headers,
                              on_delivery=delivered)
             return
-        except BufferError:
-            producer.poll(0.05)  # the local queue is full: wait for the target to take more (or expire it)
+        except BufferError:  # the local queue is full: wait for the target to take more (or expire it)
+            if producer.poll(0.05) == 0:
+                # Nothing came back: the queue holds batches waiting out their linger (a transactional writer's is
+                # 1 s), partly filled across many partitions. A flush sends them now.
+                producer.flush(0.05)
             if spec is not None:
                 _confirm_lease(spec)  # the wait may be long: W1 before the record is handed over
         except KafkaException as exc:
