@@ -809,9 +809,9 @@ _PRODUCER_DROPPED = {"delivery.timeout.ms", "transactional.id", "transaction.tim
 
 
 # A transactional writer's batch leaves when full, or at the commit's flush (each Slice: at most SLICE_S apart at a
-# trickle), so a long linger costs its records no latency. A short one cost CPU: whenever a partition's 5 idempotent
-# requests were in flight, librdkafka's broker thread polled without a timeout until one came back (17,500 polls a
-# second, a third of the workers' CPU, in the plain benchmark); with 1 s, 259.
+# trickle), so a long linger costs its records no latency. A short one cost CPU: librdkafka lets an idempotent
+# partition have 5 messages (so one request) in flight, and while it is, a next batch past its linger made the broker
+# thread poll without a timeout until the answer came (17,559 polls in 1 s in the plain benchmark; with 1 s, 259).
 _TRANSACTIONAL_LINGER_MS = 1000
 
 
