@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from mirrorflow.errors import ConfigError
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS
 from mirrorflow.spark import stream_writer
-from mirrorflow.spark.stream_writer import check_producer_tuning, producer_config
+from mirrorflow.spark.stream_writer import check_producer_tuning, producer_config, unflushed_allowance
 
 
 def test_the_targets_batching_and_compression_settings_reach_the_writer() -> None:
@@ -27,12 +27,12 @@ def test_without_target_settings_the_writer_batches_a_megabyte_uncompressed() ->
     assert (config["compression.type"], config["linger.ms"], config["batch.size"]) == ("none", 5, 1_048_576)
 
 
-def test_a_transactional_writer_lingers_at_least_a_second() -> None:
+def test_a_transactional_writer_lingers_at_least_five_seconds() -> None:
     """Its commits flush (a Slice at most 50 ms apart at a trickle): the linger only keeps librdkafka from polling
     without a timeout while a partition's in-flight requests are all out."""
     short = producer_config({"linger.ms": "5"}, transactional_id="t")
-    assert short["linger.ms"] == 1000
-    assert producer_config({"linger.ms": "2500"}, transactional_id="t")["linger.ms"] == 2500
+    assert short["linger.ms"] == 5000
+    assert producer_config({"linger.ms": "7500"}, transactional_id="t")["linger.ms"] == 7500
     assert producer_config({"linger.ms": "5"})["linger.ms"] == "5"  # idempotent: the target's, as it says
 
 
@@ -93,3 +93,14 @@ def test_sparse_reports_are_each_runs_last_record_and_each_cells_first_written_o
             previous = offsets[i] // cell
             want[i] = k
     assert reported == want and end == offsets[writes[-1]] // cell
+
+
+def test_a_flush_begins_once_about_a_batch_per_written_partition_is_left() -> None:
+    """A flush makes every queued batch due at once while librdkafka sends one request per partition at a time: the
+    writer first lets the queue drain to this many records."""
+    one_kib = (1_000, 1_024_000)
+    assert unflushed_allowance([one_kib], 1_048_576) == 1_024
+    assert unflushed_allowance([one_kib] * 600, 1_048_576) == 600 * 1_024
+    assert unflushed_allowance([(1_000, 10_000)], 1_048_576) == 10_000  # tiny records: librdkafka's count caps a batch
+    assert unflushed_allowance([(0, 0), (5, 5_000_000)], 1_048_576) == 2  # none yet, or larger than a batch: one
+    assert unflushed_allowance([], 1_048_576) == 0

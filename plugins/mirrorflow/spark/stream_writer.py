@@ -37,7 +37,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -732,6 +732,10 @@ def _flush(producer: Producer, spec: WriterSpec, writes: list[_PartitionWrite]) 
     (W1: a writer that lost it purges what it has not sent); every _FLUSH_LOG_S name the partitions still waiting
     and what the target's metadata says of them."""
     begun = logged = time.monotonic()
+    batch = _whole(producer_config(spec.producer_settings)["batch.size"], _BATCH_SIZE)
+    held = unflushed_allowance([(w.summary.records, w.summary.bytes) for w in writes], batch)
+    while len(producer) > held and producer.poll(0.1) > 0:  # each answer is a delivery event: the queue moves
+        _confirm_lease(spec)
     while producer.flush(1.0) > 0:
         _confirm_lease(spec)
         if time.monotonic() - logged < _FLUSH_LOG_S:
@@ -743,6 +747,25 @@ def _flush(producer: Producer, spec: WriterSpec, writes: list[_PartitionWrite]) 
                           for w in stuck[:5]) + (f"; and {len(stuck) - 5} more partitions" if len(stuck) > 5 else "")
         log.warning("flow %s: target %s has not acknowledged for %.0f s: %s; waiting",
                     spec.flow, spec.target, waited, named or "the offset syncs")
+
+
+def unflushed_allowance(partitions: Sequence[tuple[int, int]], batch_size: int) -> int:
+    """How many records a producer may still hold when a flush begins: a batch per partition written, each
+    (records, bytes) so far giving its records per `batch_size` bytes (at least one).
+
+    Invariant: a partition counts at most librdkafka's batch.num.messages default (10,000). Why wait at all: a flush
+    makes every queued batch due at once, and an idempotent producer sends one request per partition at a time
+    (5 messages in flight), so while the rest of a partition's queue waits for that answer its broker thread polls
+    without a timeout. Below the allowance what is queued is about one batch a partition, sent in one round trip."""
+    return sum(min(10_000, max(1, batch_size * records // bytes_)) if bytes_ > 0 else 1
+               for records, bytes_ in partitions)
+
+
+def _whole(value: Any, default: int) -> int:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
 
 
 def _leader(producer: Producer, write: _PartitionWrite) -> str:
@@ -797,7 +820,8 @@ def _max_message_bytes(settings: Mapping[str, Any], topic: str) -> str:
 # Producers live as long as the Python worker (Spark reuses workers across tasks).
 _PRODUCERS: dict[str, Producer] = {}
 # Batching and compression: the target's `producer.*` settings win (a WAN link wants compression).
-_PRODUCER_TUNING = {"linger.ms": 5, "batch.size": 1_048_576, "compression.type": "none",
+_BATCH_SIZE = 1_048_576
+_PRODUCER_TUNING = {"linger.ms": 5, "batch.size": _BATCH_SIZE, "compression.type": "none",
                     # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits.
                     "queue.buffering.max.kbytes": 65_536}
 # What the delivery guarantees rest on: never a target's setting.
@@ -812,7 +836,8 @@ _PRODUCER_DROPPED = {"delivery.timeout.ms", "transactional.id", "transaction.tim
 # trickle), so a long linger costs its records no latency. A short one cost CPU: librdkafka lets an idempotent
 # partition have 5 messages (so one request) in flight, and while it is, a next batch past its linger made the broker
 # thread poll without a timeout until the answer came (17,559 polls in 1 s in the plain benchmark; with 1 s, 259).
-_TRANSACTIONAL_LINGER_MS = 1000
+# 1 s was not enough: a backlog's queue (64 MiB a worker, about a second's copy) ages past it behind those requests.
+_TRANSACTIONAL_LINGER_MS = 5000
 
 
 def producer_config(target_settings: Mapping[str, Any], transactional_id: str | None = None) -> dict[str, Any]:
