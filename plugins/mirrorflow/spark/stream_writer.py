@@ -663,7 +663,7 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
         except BufferError:  # the local queue is full: wait for the target to take more (or expire it)
             if producer.poll(0.05) == 0:
                 # Nothing came back: the queue holds batches waiting out their linger (a transactional writer's is
-                # 1 s), partly filled across many partitions. A flush sends them now.
+                # 5 s), partly filled across many partitions. A flush sends them now.
                 producer.flush(0.05)
             if spec is not None:
                 _confirm_lease(spec)  # the wait may be long: W1 before the record is handed over
@@ -732,7 +732,7 @@ def _flush(producer: Producer, spec: WriterSpec, writes: list[_PartitionWrite]) 
     (W1: a writer that lost it purges what it has not sent); every _FLUSH_LOG_S name the partitions still waiting
     and what the target's metadata says of them."""
     begun = logged = time.monotonic()
-    batch = _whole(producer_config(spec.producer_settings)["batch.size"], _BATCH_SIZE)
+    batch = _whole(spec.producer_settings.get("batch.size", _BATCH_SIZE), _BATCH_SIZE)  # as producer_config
     held = unflushed_allowance([(w.summary.records, w.summary.bytes) for w in writes], batch)
     while len(producer) > held and producer.poll(0.1) > 0:  # each answer is a delivery event: the queue moves
         _confirm_lease(spec)
