@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from mirrorflow.errors import ConfigError
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS
 from mirrorflow.spark import stream_writer
-from mirrorflow.spark.stream_writer import check_producer_tuning, producer_config, unflushed_allowance
+from mirrorflow.spark.stream_writer import (
+    check_producer_tuning,
+    producer_config,
+    queue_fills_unsent,
+    unflushed_allowance,
+)
 
 
 def test_the_targets_batching_and_compression_settings_reach_the_writer() -> None:
@@ -104,3 +109,15 @@ def test_a_flush_begins_once_about_a_batch_per_written_partition_is_left() -> No
     assert unflushed_allowance([(1_000, 10_000)], 1_048_576) == 10_000  # tiny records: librdkafka's count caps a batch
     assert unflushed_allowance([(0, 0), (5, 5_000_000)], 1_048_576) == 2  # none yet, or larger than a batch: one
     assert unflushed_allowance([], 1_048_576) == 0
+
+
+def test_a_full_queue_is_flushed_at_once_when_its_partitions_may_each_hold_a_batch_filling() -> None:
+    """Batches waiting out a 5 s linger are freed by no answer: past as many partitions as the queue holds whole
+    batches, a full queue is sent at once; below, the writer waits for answers first (a flush makes every queued
+    batch due, and the broker thread spins while one waits behind its partition's request)."""
+    assert queue_fills_unsent(64, 65_536, 1_048_576)  # 64 MiB: 64 batches of 1 MiB
+    assert not queue_fills_unsent(63, 65_536, 1_048_576)
+    assert not queue_fills_unsent(12, 65_536, 1_048_576)  # a 12-partition topic: full batches in flight free it
+    assert queue_fills_unsent(600, 65_536, 1_048_576)
+    assert queue_fills_unsent(2, 1_024, 524_288)  # a small queue
+

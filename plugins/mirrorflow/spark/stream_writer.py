@@ -222,7 +222,7 @@ def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | Pas
                         committed = _committed_positions(spec)
                     else:
                         producer = _idempotent_producer(spec)
-                write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted)
+                write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted, writes)
             if isinstance(part, PassedOver):
                 write.pass_over(part)
             elif isinstance(part, Gap):
@@ -430,11 +430,14 @@ class _PartitionWrite:
     """
 
     def __init__(self, spec: WriterSpec, tp: TopicPartition, producer: Producer,
-                 committed: Position | None = None, halted: list[bool] | None = None) -> None:
+                 committed: Position | None = None, halted: list[bool] | None = None,
+                 task_writes: Mapping[TopicPartition, _PartitionWrite] | None = None) -> None:
         """`committed`: transactional, the position a failed attempt of this task committed (the target's word);
-        `halted`: shared by the task's writes, set once its transaction failed."""
+        `halted`: shared by the task's writes, set once its transaction failed; `task_writes`: every write of the
+        task (they share its producer's queue)."""
         self.spec, self.tp, self.producer = spec, tp, producer
         self.halted = halted if halted is not None else [False]
+        self.task_writes = task_writes if task_writes is not None else {tp: self}
         self.summary = _Summary(tp)
         self.remote = None if tp in spec.paused else spec.remote.get(tp[0])
         self.upstream_next = spec.upstream_next.get(tp, -1)
@@ -530,6 +533,10 @@ class _PartitionWrite:
         hop = provenance.prefix(spec.source, self.tp[0]).replace(b"%", b"%%") + b"%d/%d"  # Provenance.encode()
         header = provenance.HEADER
         produce, exact, delivered = producer.produce, self.exact, self._delivered
+        settings = spec.producer_settings
+        queue_kbytes = _whole(settings.get("queue.buffering.max.kbytes", _QUEUE_KBYTES), _QUEUE_KBYTES)
+        unsent_fill = queue_fills_unsent(len(self.task_writes), queue_kbytes,
+                                         _whole(settings.get("batch.size", _BATCH_SIZE), _BATCH_SIZE))
         stop = None
         for i in writes:
             if i & 63 == 63:
@@ -545,7 +552,8 @@ class _PartitionWrite:
                 produce(remote, values[i], keys[i], partition, report, None, stamps[i], hdrs)  # type: ignore[arg-type]
             except (BufferError, KafkaException):
                 try:  # the local queue is full, or the remote partition is new to the producer: wait
-                    _produce(producer, remote, partition, keys[i], values[i], stamps[i], hdrs, report, spec)
+                    _produce(producer, remote, partition, keys[i], values[i], stamps[i], hdrs, report, spec,
+                             unsent_fill)
                 except KafkaException as exc:
                     # A partition's records timed out: the transaction can only abort, and produce() refuses more.
                     if not spec.transactional or not (exc.args[0].txn_requires_abort()
@@ -653,7 +661,8 @@ def reported_records(offsets: list[int], writes: list[int], last_cell: int | Non
 
 
 def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
-             ts: int, headers: Any, delivered: Any, spec: WriterSpec | None = None) -> None:
+             ts: int, headers: Any, delivered: Any, spec: WriterSpec | None = None, unsent_fill: bool = False) -> None:
+    """`unsent_fill`: the queue may be full of batches none of which is due (queue_fills_unsent)."""
     deadline = 0.0
     while True:
         try:
@@ -661,9 +670,10 @@ def _produce(producer: Producer, topic: str, partition: int, key: bytes | None, 
                              on_delivery=delivered)
             return
         except BufferError:  # the local queue is full: wait for the target to take more (or expire it)
-            if producer.poll(0.05) == 0:
-                # Nothing came back: the queue holds batches waiting out their linger (a transactional writer's is
-                # 5 s), partly filled across many partitions. A flush sends them now.
+            # Batches waiting out their linger (a transactional writer's is 5 s) are freed by no answer: a flush
+            # sends them now. Only with no answer in 50 ms when few partitions share the queue: a flush makes every
+            # queued batch due, and the broker thread spins while one waits behind its partition's request.
+            if unsent_fill or producer.poll(0.05) == 0:
                 producer.flush(0.05)
             if spec is not None:
                 _confirm_lease(spec)  # the wait may be long: W1 before the record is handed over
@@ -761,6 +771,16 @@ def unflushed_allowance(partitions: Sequence[tuple[int, int]], batch_size: int) 
                for records, bytes_ in partitions)
 
 
+def queue_fills_unsent(partitions: int, queue_kbytes: int, batch_size: int) -> bool:
+    """Whether a producer writing `partitions` partitions may find its queue (`queue_kbytes`) full while no batch
+    in it is due: one batch filling (under `batch_size` bytes) per partition may take the whole queue.
+
+    Invariant: true from queue_kbytes * 1024 / batch_size partitions on (64 with the writer's defaults), false below.
+    A backlog over many partitions copies each partition's range at once and leaves its last batch filling: 1,200
+    partitions of 1,667 records of 1 KiB left 0.68 MiB a partition lingering, and a 64 MiB queue full of them."""
+    return partitions * batch_size >= queue_kbytes * 1024
+
+
 def _whole(value: Any, default: int) -> int:
     try:
         return int(float(value))
@@ -821,9 +841,9 @@ def _max_message_bytes(settings: Mapping[str, Any], topic: str) -> str:
 _PRODUCERS: dict[str, Producer] = {}
 # Batching and compression: the target's `producer.*` settings win (a WAN link wants compression).
 _BATCH_SIZE = 1_048_576
+_QUEUE_KBYTES = 65_536  # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits
 _PRODUCER_TUNING = {"linger.ms": 5, "batch.size": _BATCH_SIZE, "compression.type": "none",
-                    # librdkafka buffers up to 1 GiB by default; 64 MiB per worker bounds memory, produce() waits.
-                    "queue.buffering.max.kbytes": 65_536}
+                    "queue.buffering.max.kbytes": _QUEUE_KBYTES}
 # What the delivery guarantees rest on: never a target's setting.
 _PRODUCER_FIXED = {"acks": "all", "enable.idempotence": True, "message.max.bytes": 100_000_000,
                    "message.timeout.ms": DELIVERY_TIMEOUT_MS}  # flow_lease W2
