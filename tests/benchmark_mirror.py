@@ -19,7 +19,7 @@ Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; topic
                  `dst.producer.compression.type = lz4`), compressible records (1 KiB of order-like JSON each,
                  written with lz4); throughput, latency at 5,000 records/s, and the bytes each copy takes on the
                  target's disk per record.
-Every mirrorflow flow lingers 60 s and takes batches of up to 1,000,000 records (FLOW_PROPERTIES: its latency and
+Every mirrorflow flow lingers 60 s and takes batches of up to 2,400,000 records (FLOW_PROPERTIES: its latency and
 catch-up tuning, against the defaults of 1,500 ms and 250,000).
 Every MM2 run has the same tuning (MM2_TUNING, printed). Peak RSS and PSS are summed over each mirror's whole
 process tree. --compression adds a mirrorflow run per codec (throughput and latency) with
@@ -48,6 +48,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from mirrorflow.rules import batch_plan
 
 REPO = Path(__file__).resolve().parent.parent
 SRC, DST = 26092, 26192
@@ -187,11 +188,14 @@ def machine_seconds() -> dict[str, float]:
 
 
 STREAM_ARGS: list[str] = []  # --stream-args: more arguments for every mirrorflow stream (experiments)
-# mirrorflow's catch-up tuning: batches of up to a million records, so that a backlog over many partitions takes fewer
-# turns (P6), each costing about 200 ms of driver and trigger between two batches. Two runs of `--modes plain,many
-# --skip-mm2`, one at each cap: plain 139,255 and many 93,053 records/s (8 batches) at 250,000; 131,981 and 100,618
-# (2 batches) at 1,000,000. One run each: the many row's direction, not its size.
-MAX_RECORDS_PER_BATCH = 1_000_000
+# mirrorflow's catch-up tuning: batches of up to MIN_SHARE records for each partition of the many mode (2,400,000),
+# the least cap under which its backlog over 1,200 partitions takes no turns (P6: partitions take turns once the cap
+# leaves each fewer than MIN_SHARE records), each turn a batch of its own: about 400 ms of trigger between two
+# batches, and the tail of each batch's slower task. `--modes many` after MM2's, one run each: 142,848 records/s in
+# 3 turns at 1,000,000 (the source's one-partition heartbeats topic took the backlog past two caps), 166,534 in one
+# batch at 4,000,000. Before that, 250,000 -> 1,000,000: plain 139,255 / 131,981, many 93,053 in 8 batches / 100,618
+# in 2.
+MAX_RECORDS_PER_BATCH = batch_plan.MIN_SHARE * MANY_TOPICS * PARTITIONS
 # The lines every mirrorflow properties file ends with: the latency and catch-up tuning, then --flow-properties
 # (experiments).
 FLOW_PROPERTIES: list[str] = [f"mirrorflow.stream.linger.ms = {LINGER_MS}",
