@@ -533,10 +533,6 @@ class _PartitionWrite:
         hop = provenance.prefix(spec.source, self.tp[0]).replace(b"%", b"%%") + b"%d/%d"  # Provenance.encode()
         header = provenance.HEADER
         produce, exact, delivered = producer.produce, self.exact, self._delivered
-        settings = spec.producer_settings
-        queue_kbytes = _whole(settings.get("queue.buffering.max.kbytes", _QUEUE_KBYTES), _QUEUE_KBYTES)
-        unsent_fill = queue_fills_unsent(len(self.task_writes), queue_kbytes,
-                                         _whole(settings.get("batch.size", _BATCH_SIZE), _BATCH_SIZE))
         stop = None
         for i in writes:
             if i & 63 == 63:
@@ -553,7 +549,7 @@ class _PartitionWrite:
             except (BufferError, KafkaException):
                 try:  # the local queue is full, or the remote partition is new to the producer: wait
                     _produce(producer, remote, partition, keys[i], values[i], stamps[i], hdrs, report, spec,
-                             unsent_fill)
+                             self._queue_fills_unsent())
                 except KafkaException as exc:
                     # A partition's records timed out: the transaction can only abort, and produce() refuses more.
                     if not spec.transactional or not (exc.args[0].txn_requires_abort()
@@ -577,6 +573,12 @@ class _PartitionWrite:
                 if with_provenance:
                     hdrs = [*(hdrs or ()), (header, hop % (partition, offsets[i]))]
                 self.header_bytes[base + k] = sum(len(h) + len(v or b"") for h, v in hdrs or ())
+
+    def _queue_fills_unsent(self) -> bool:
+        """queue_fills_unsent for the task's producer: asked only when its queue is full."""
+        settings = self.spec.producer_settings
+        queue_kbytes = _whole(settings.get("queue.buffering.max.kbytes", _QUEUE_KBYTES), _QUEUE_KBYTES)
+        return queue_fills_unsent(len(self.task_writes), queue_kbytes, _batch_size(settings))
 
     def failure(self) -> KafkaError | None:
         """Once flushed: why the target did not take the partition's records in time (it is stuck), or None (every
@@ -742,8 +744,8 @@ def _flush(producer: Producer, spec: WriterSpec, writes: list[_PartitionWrite]) 
     (W1: a writer that lost it purges what it has not sent); every _FLUSH_LOG_S name the partitions still waiting
     and what the target's metadata says of them."""
     begun = logged = time.monotonic()
-    batch = _whole(spec.producer_settings.get("batch.size", _BATCH_SIZE), _BATCH_SIZE)  # as producer_config
-    held = unflushed_allowance([(w.summary.records, w.summary.bytes) for w in writes], batch)
+    held = unflushed_allowance([(w.summary.records, w.summary.bytes) for w in writes],
+                               _batch_size(spec.producer_settings))
     while len(producer) > held and producer.poll(0.1) > 0:  # each answer is a delivery event: the queue moves
         _confirm_lease(spec)
     while producer.flush(1.0) > 0:
@@ -779,6 +781,11 @@ def queue_fills_unsent(partitions: int, queue_kbytes: int, batch_size: int) -> b
     A backlog over many partitions copies each partition's range at once and leaves its last batch filling: 1,200
     partitions of 1,667 records of 1 KiB left 0.68 MiB a partition lingering, and a 64 MiB queue full of them."""
     return partitions * batch_size >= queue_kbytes * 1024
+
+
+def _batch_size(target_settings: Mapping[str, Any]) -> int:
+    """The writer's batch.size, as producer_config gives it."""
+    return _whole(target_settings.get("batch.size", _BATCH_SIZE), _BATCH_SIZE)
 
 
 def _whole(value: Any, default: int) -> int:
