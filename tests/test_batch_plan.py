@@ -83,6 +83,13 @@ def test_ranges_cover_each_partition_once_and_skip_empty_ones() -> None:
     assert len(slots) == 2
 
 
+def test_a_lingering_batch_of_empty_ranges_spreads_each_topic_over_the_slots() -> None:
+    start = {(t, p): 100 for t in ("a", "b") for p in range(12)}
+    slots = batch_plan.slot_ranges(start, start, 2, empty=True)
+    for topic in ("a", "b"):
+        assert [sum(1 for r in rs if r.topic == topic) for rs in slots] == [6, 6]
+
+
 def test_a_partition_new_in_the_end_offsets_gets_no_range() -> None:
     assert batch_plan.slot_ranges({A0: 0}, {A0: 3, B0: 40}, 2) == [[Range("a", 0, 0, 3)]]
 

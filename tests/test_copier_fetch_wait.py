@@ -7,13 +7,14 @@ from hypothesis import strategies as st
 from mirrorflow.spark import copier
 
 
-def test_a_consumer_of_a_dozen_partitions_fetches_every_25_ms() -> None:
-    assert copier.fetch_wait_ms(12) == 25
-    assert copier.consumer_config({}, "a->b", False, partitions=12)["fetch.wait.max.ms"] == 25
+def test_a_consumer_of_a_dozen_partitions_fetches_every_5_ms() -> None:
+    assert copier.fetch_wait_ms(12) == 5
+    assert copier.consumer_config({}, "a->b", False, partitions=12)["fetch.wait.max.ms"] == 5
 
 
 def test_the_wait_grows_with_the_partitions_up_to_half_a_second() -> None:
-    assert copier.fetch_wait_ms(600) == 400
+    assert copier.fetch_wait_ms(24) == 10
+    assert copier.fetch_wait_ms(600) == 320
     assert copier.fetch_wait_ms(12_000) == 500
 
 

@@ -124,14 +124,16 @@ def fills(start: Offsets, latest: Offsets, max_records: int | None) -> bool:
 
 
 def slot_ranges(start: Offsets, end: Offsets, slots: int, empty: bool = False) -> list[list[Range]]:
-    """The batch's ranges, one list per task slot in use (P3): the ranges in (topic, partition) order, cut into
+    """The batch's ranges, one list per task slot in use (P3): the ranges in (partition, topic) order, cut into
     consecutive runs of about equal records (a range goes to the slot its middle record falls in), so that a
-    partition stays with the same slot from batch to batch while the load is even; slots without a range are
-    left out. `empty`: a partition with no record in the batch (or whose start is past its end: P9) gets an empty
-    range at its start too, since a lingering batch reads on past its ranges' ends (spark/copier C6); each range
-    then weighs one record more."""
+    partition stays with the same slot from batch to batch while the load is even, and a topic's partitions are
+    spread over the slots even when no range holds a record (in (topic, partition) order a lingering batch of empty
+    ranges gave one slot every partition of one topic, and its task every record that then came); slots without
+    a range are left out. `empty`: a partition with no record in the batch (or whose start is past its end: P9)
+    gets an empty range at its start too, since a lingering batch reads on past its ranges' ends (spark/copier
+    C6); each range then weighs one record more."""
     ranges = sorted((Range(tp[0], tp[1], start[tp], max(until, start[tp])) for tp, until in end.items()
-                     if tp in start and (until > start[tp] or empty)), key=lambda r: (r.topic, r.partition))
+                     if tp in start and (until > start[tp] or empty)), key=lambda r: (r.partition, r.topic))
     n = max(1, slots)
     extra = 1 if empty else 0
     total = sum(r.records + extra for r in ranges)

@@ -58,10 +58,16 @@ log = logging.getLogger(__name__)
 
 STALL_S = 120.0  # as long as Spark's Kafka source waits for a poll (spark.network.timeout)
 _CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at once
-_CONSUME_WAIT_S = 0.01  # consume() waits this long to fill its batch: a nearly-done range must not wait
+# consume() waits this long to fill its batch: a nearly-done range must not wait, and at a trickle each Slice's
+# cycle begins with this wait (10 ms of a 22 ms cycle at 5,000 records/s).
+_CONSUME_WAIT_S = 0.003
 _NO_PARTITION = ("", -1)  # a Slice's: it is the task's
 _OPEN = 2**63 - 1  # a lingering partition's end: none yet (C6)
-SLICE_S = 0.05  # C6: a lingering task that has read what there is makes its copies visible at least this often
+# C6: a lingering task that has read what there is makes its copies visible at least this often. A Slice's flush and
+# commit take about 10 ms for 6 partitions (librdkafka sends a request per partition, and the broker checks each
+# partition's first write of a transaction with the coordinator), so Slices follow one another about every 16 ms at a
+# trickle: at 50 ms the bench's p50 / p99 at 5,000 records/s were 67 / 120 ms.
+SLICE_S = 0.005
 # C6: a full batch's Slices at least this far apart: its records waited for a backlog already. Across a 50 ms link a
 # read finds less than it asks for at once whenever the link is slower than the copy, so a backlog was committed
 # every 50 ms: the bench's wan mode beside the target copied 93,760 records/s so in run D, 125,209 and 166,700 in
@@ -72,8 +78,9 @@ _LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0  # new topics asked for one by one
 # Tuning the source's `consumer.*` settings may change; C1-C2 rest on the fixed ones.
 # A range ends where the batch does; what librdkafka prefetches past it stays queued while the partition stays with
 # the worker (C4), up to `queued.min.messages` per partition (100,000 by default) and the queue's size in all.
-# `fetch.min.bytes` with `fetch.wait.max.ms`: at a trickle a fetch waits up to 25 ms to fill, not one per produce
-# request (the source broker took a core at 5,000 records/s with the minimum at 1 byte and the wait at 10 ms).
+# `fetch.min.bytes` with `fetch.wait.max.ms`: at a trickle a fetch waits up to 5 ms to fill (fetch_wait_ms), not one
+# per produce request (the source broker took a core at 5,000 records/s with the minimum at 1 byte and the wait at
+# 10 ms).
 # `fetch.max.bytes` below glibc's largest mmap threshold (32 MiB): librdkafka reads each fetch response into a buffer of
 # its size, and one at or past that is mapped afresh every time, its pages zero-filled at first touch. At librdkafka's
 # 50 MiB, page faults in the receiving thread took 21-25 % of the workers' CPU on 1,200 partitions (perf).
@@ -96,7 +103,7 @@ cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses r
 # reads each one, so an idle consumer of 600 partitions fetching every 25 ms kept the source broker 0.47 core busy.
 # The wait grows with the partitions so that an idle consumer asks for at most this many partition reads a second.
 IDLE_PARTITION_READS_PER_S = 2_400
-FETCH_WAIT_MS = (25, 500)  # the wait's bounds: at a trickle a fetch waits up to this long to fill
+FETCH_WAIT_MS = (5, 500)  # the wait's bounds: at a trickle a fetch waits up to this long to fill (25 ms until 12/2026)
 
 
 def fetch_wait_ms(partitions: int) -> int:
