@@ -616,8 +616,8 @@ class _PartitionWrite:
         firsts = self.summary.target_firsts
         # The first copy of each cell is reported (in exact mode, every one). Only the reports since the last fold:
         # a Slice's partition folded its whole batch's again each time (a lingering minute at 5,000 records/s spent
-        # a fifth of the worker's CPU sorting them). A partition's reports come in write order, so a cell's first
-        # folded report is its first copy.
+        # about a quarter of the worker's main thread sorting them). A partition's reports come in write order, so
+        # a cell's first folded report is its first copy.
         for index in sorted(self.unfolded):
             firsts.setdefault(written[index] // digests.CELL, acked[index])
         self.unfolded.clear()
