@@ -33,7 +33,7 @@ def test_without_target_settings_the_writer_batches_a_megabyte_uncompressed() ->
 
 
 def test_a_transactional_writer_lingers_at_least_five_seconds() -> None:
-    """Its commits flush (a Slice at most 50 ms apart at a trickle): the linger only keeps librdkafka from polling
+    """Its commits flush (a Slice about every 16 ms at a trickle): the linger only keeps librdkafka from polling
     without a timeout while a partition's in-flight requests are all out."""
     short = producer_config({"linger.ms": "5"}, transactional_id="t")
     assert short["linger.ms"] == 5000
