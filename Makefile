@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test test-unit lint browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos stop clean
+.PHONY: setup demo test test-unit lint browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos bench-slice stop clean
 
 # The class archive local Spark sessions start from (once per JDK and jar set; spark/class_archive.py).
 setup: $(BIN)/mirrorflow
@@ -90,6 +90,11 @@ bench-fence: setup
 # The stream at 12 and 1,200 partitions in its three delivery modes (about 30 minutes; not part of `make test`).
 bench-eos: setup
 	$(BIN)/python tests/benchmark_eos.py
+
+# One lingering task's slice (a small transaction) on a bare broker, with and without the broker's check of each
+# partition's first write in a transaction (about 2 minutes; not part of `make test`).
+bench-slice: setup
+	$(BIN)/python tests/benchmark_slice.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow traffic stop
