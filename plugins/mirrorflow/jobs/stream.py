@@ -137,6 +137,8 @@ class _Driver:
         self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale
         self.clean_stop = False  # the last query stopped with no batch running: every write acknowledged
         self.running_batch: WriterSpec | None = None  # the spec of the batch whose tasks are copying, if one is
+        self.batches_begun = 0  # batches handed to _batch by Spark, the one running included
+        self.in_batch = False  # Spark's thread is in _batch
         self.ending_query = False  # the query is to stop: its batches no longer linger
         self.stop_requested = threading.Event()
         self.lease: FlowLease | None = None
@@ -401,17 +403,28 @@ class _Driver:
         wait_s = STOP_WAIT_S + (0 if told else self.settings.linger_ms / 1000)
         deadline = time.monotonic() + wait_s
         try:
-            while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            while self._trigger_active(query) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            idle = not (query.isActive and query.status.get("isTriggerActive"))
+            # Spark starts the next trigger as soon as one ends: one found idle may be busy again by the stop. Only
+            # a batch of ours running or begun by then makes the stop an unclean one (a planning trigger writes
+            # nothing of the flow's).
+            seen = self.batches_begun
+            idle = not self.in_batch
+            query.stop()
+            if idle and (self.in_batch or self.batches_begun != seen):
+                log.warning("flow %s: a batch began as the query stopped; stopped during it (the next start waits "
+                            "out its writes)", self.flow.name)
+                return False
             if not idle:
                 log.warning("flow %s: the running batch did not end within %.0f s; stopped during it (the next start "
                             "waits out its writes)", self.flow.name, wait_s)
-            query.stop()
             return idle
         except (Py4JError, ConnectionError):
             log.warning("flow %s: Spark's JVM is gone (stopped with the process group?)", self.flow.name)
             return False
+
+    def _trigger_active(self, query: Any) -> bool:
+        return self.in_batch or bool(query.isActive and query.status.get("isTriggerActive"))
 
     def install_signal_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -471,9 +484,12 @@ class _Driver:
 
     def _batch(self, df: Any, batch_id: int) -> None:
         began = self.progress.batch_started()
+        self.batches_begun += 1
+        self.in_batch = True
         try:
             self._mirror_batch(df, batch_id)
         finally:
+            self.in_batch = False
             self.progress.batch_ended(batch_id, began)
 
     def _mirror_batch(self, df: Any, batch_id: int) -> None:
