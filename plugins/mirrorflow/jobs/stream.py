@@ -263,7 +263,11 @@ class _Driver:
         known = {t for t, _ in self.state.upstream_next} | set(self.checkpoint.topics())
         looks = []
         for attempt in range(2):
-            counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
+            try:
+                counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
+            except (OperationalError, KafkaException) as exc:  # a cut link: the restart waits and tries again
+                log.warning("flow %s: cannot tell whether source topics were deleted (%s)", self.flow.name, exc)
+                return False
             looks.append({t for t in known if t not in counts})
             if attempt == 0 and looks[0]:
                 self.stop_requested.wait(2.0)

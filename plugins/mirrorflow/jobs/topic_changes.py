@@ -88,14 +88,26 @@ class TopicChanges:
         deletes nothing)."""
         if time.monotonic() < self.prune_due:
             return []
-        self.prune_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
-        counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
+        interval = self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
+        self.prune_due = time.monotonic() + interval
+        try:
+            counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
+        except (OperationalError, KafkaException) as exc:
+            # Housekeeping: a source out of reach (a cut link) stalls the flow, it must not fail its batch.
+            log.warning("flow %s: offset-sync anchors and deleted topics not pruned (%s); tried again in %d s",
+                        self.flow.name, exc, interval)
+            return []
         missing = {t for t, _ in set(self.state.anchors) | set(self.state.upstream_next) if t not in counts}
         gone, self.missing_topics = missing & self.missing_topics, missing - self.missing_topics
         records = self.drop(gone)
         live = [tp for tp in self.state.anchors if tp[0] in counts and tp[1] < counts[tp[0]]]
-        starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, live,
-                                    OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        try:
+            starts = admin_sync.offsets(self.link.source_admin, self.link.source.alias, live,
+                                        OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        except (OperationalError, KafkaException) as exc:
+            log.warning("flow %s: offset-sync anchors not pruned (%s); tried again in %d s", self.flow.name, exc,
+                        interval)
+            return records
         pruned = self.state.prune_below(starts)
         if pruned:
             log.info("flow %s: %d offset-sync anchors below the source's log start removed", self.flow.name, pruned)
