@@ -412,17 +412,14 @@ class _Driver:
             # Spark starts the next trigger as soon as one ends: one found idle may be busy again by the stop. Only
             # a batch of ours running or begun by then makes the stop an unclean one (a planning trigger writes
             # nothing of the flow's).
-            seen = self.batches_begun
-            idle = not self.in_batch
+            seen, ended = self.batches_begun, not self.in_batch
             query.stop()
-            if idle and (self.in_batch or self.batches_begun != seen):
-                log.warning("flow %s: a batch began as the query stopped; stopped during it (the next start waits "
-                            "out its writes)", self.flow.name)
-                return False
-            if not idle:
-                log.warning("flow %s: the running batch did not end within %.0f s; stopped during it (the next start "
-                            "waits out its writes)", self.flow.name, wait_s)
-            return idle
+            began = ended and (self.in_batch or self.batches_begun != seen)
+            if not ended or began:
+                why = "a batch began as the query stopped" if began else \
+                    f"the running batch did not end within {wait_s:.0f} s"
+                log.warning("flow %s: %s; stopped during it (the next start waits out its writes)", self.flow.name, why)
+            return ended and not began
         except (Py4JError, ConnectionError):
             log.warning("flow %s: Spark's JVM is gone (stopped with the process group?)", self.flow.name)
             return False
