@@ -357,12 +357,14 @@ def test_a_source_data_center_lost_mid_traffic_fails_over_through_the_dag_and_fa
     print(f"\n{failover}\n{failback}")
     # The runbook ran with a MIRRORFLOW_HOME the stream never used: its RPO comes from dst alone, the stream's last
     # view of the lost source against the offset syncs. At least that many records were missing, and the audit
-    # finds no more than those plus the ones created after the view; every record created before
-    # `mirrored_through` is on dst, which reading both clusters once src is back confirms.
+    # finds no more than those plus the ones appended after the view; every record src acknowledged before
+    # `mirrored_through` (never later than the view) is on dst, which reading both clusters once src is back
+    # confirms.
     assert failover.mirrored_through is not None and failover.audit_not_mirrored is not None, failover
     assert failover.rpo.startswith("at least ") and "records written after that are unknown" in failover.rpo
     assert verdict([failover], {}) == [], failover
-    assert failover.oldest_not_mirrored is None or failover.oldest_not_mirrored >= failover.mirrored_through
+    assert failover.rpo_as_of is not None and failover.mirrored_through <= failover.rpo_as_of
+    assert failover.oldest_missing_acked is None or failover.oldest_missing_acked >= failover.mirrored_through
     # What the moved group lost is among what the mirror had not copied. Back home it reads those too (the
     # failback resumes it where the mirror had stopped), and so again what it had read of them before the loss;
     # every record produced on dst during the outage it reads once.
@@ -391,7 +393,10 @@ def test_the_drill_fails_on_a_planned_loss_an_rpo_the_audit_contradicts_or_a_fai
     assert verdict([move("unplanned failover", rpo=30, audit=29, after=10)], {})  # fewer than "at least"
     assert verdict([move("unplanned failover", rpo=None, audit=29, after=0)], {})  # nothing to hold against
     late = move("unplanned failover", rpo=30, audit=35, after=10)
-    late.mirrored_through, late.oldest_not_mirrored = 100.0, 99.5  # a record older than the time bound is missing
+    late.mirrored_through, late.oldest_missing_acked = 100.0, 99.5  # acknowledged before the time bound, missing
     assert verdict([late], {})
+    ahead = move("unplanned failover", rpo=30, audit=35, after=10)
+    ahead.rpo_as_of, ahead.mirrored_through = 99.0, 100.0  # a time bound later than the view it rests on
+    assert verdict([ahead], {})
     assert verdict([], {"a->b": (3, "cannot read")}) == [
         "checkpoint rounds of a->b failed 3 time(s) with its clusters up: cannot read"]

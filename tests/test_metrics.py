@@ -8,6 +8,7 @@ import urllib.request
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from mirrorflow.rules import source_reads
 from mirrorflow.status import metrics
 from mirrorflow.status.metrics import BOUNDS_MS, Distribution
 
@@ -114,39 +115,13 @@ def test_a_progress_line_is_due_when_the_stream_changes_state_not_when_records_k
     assert metrics.progress_shape(fm.snapshot()) != quiet
 
 
-partition_runs = st.lists(st.tuples(st.lists(st.integers(0, 10_000), max_size=30), st.integers(0, 30),
-                                    st.integers(0, 10_000)), min_size=1, max_size=4)
-
-
-@given(partition_runs, st.integers(1, 10_000), st.integers(0, int(metrics.PRODUCER_DELAY_S * 1000)))
-def test_every_record_created_before_mirrored_through_is_mirrored(runs: list[tuple[list[int], int, int]],
-                                                                  planned_ms: int, delay_ms: int) -> None:
-    # Per partition: record creation times (ms), how many of those the batch planned at `planned_ms` (and reading
-    # everything available) left unwritten (a paused partition), and when Spark last looked at the source end;
-    # every record reaches the source `delay_ms` after its creation.
-    parts, mirrored_counts, created = [], [], []
-    for times, behind, seen_ms in runs:
-        times = sorted(times)
-        planned = sum(1 for t in times if t + delay_ms < planned_ms)
-        mirrored = max(planned - behind, 0)
-        parts.append(metrics.PartitionMetrics(
-            upstream_next=mirrored if times else None, source_end=max(sum(1 for t in times if t < seen_ms), planned),
-            last_timestamp=times[mirrored - 1] if mirrored else None))
-        mirrored_counts.append(mirrored)
-        created.append(times)
-    through = metrics.mirrored_through(parts, planned_ms / 1000)
-    if through is None:
-        return
-    for times, mirrored in zip(created, mirrored_counts, strict=True):
-        assert all(i < mirrored for i, t in enumerate(times) if t < through * 1000)
-
-
-def test_mirrored_through_is_unknown_before_a_complete_batch_and_holds_back_for_a_partition_behind() -> None:
-    behind = metrics.PartitionMetrics(upstream_next=5, source_end=9, last_timestamp=4_000)
-    level = metrics.PartitionMetrics(upstream_next=7, source_end=7, last_timestamp=6_000)
-    assert metrics.mirrored_through([behind, level], None) is None
-    assert metrics.mirrored_through([level], 9.5) == 9.5 - metrics.PRODUCER_DELAY_S
-    assert metrics.mirrored_through([behind, level], 9.5) == 4.0
+def test_mirrored_through_is_unknown_until_the_positions_reach_a_read_and_then_that_read_s_time() -> None:
+    fm = metrics.FlowMetrics("A->B", "A", "B")
+    tp = ("t", 0)
+    fm.observe_read(source_reads.EndsRead(50.0, {tp: 7}))
+    assert fm.snapshot()["mirrored-through"] is None and fm.snapshot()["partitions"][0]["source-end-offset"] == 7
+    fm.observe_positions({tp: 7})
+    assert fm.snapshot()["mirrored-through"] == 50.0
 
 
 def test_a_batch_is_a_stall_after_its_linger_and_five_times_the_recent_mean_past_it_never_before_five_seconds(

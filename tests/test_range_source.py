@@ -4,11 +4,12 @@ plans, read afresh or while the previous batch copied (batch_plan P7)."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from confluent_kafka import Producer
 from mirrorflow.model import config
-from mirrorflow.rules import batch_plan
+from mirrorflow.rules import batch_plan, source_reads
 from mirrorflow.spark.range_source import RangeReader, SourcePlan
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from support.clusters import PORTS
@@ -41,14 +42,25 @@ def test_a_stream_a_batch_behind_plans_from_ends_read_ahead_and_one_that_keeps_u
     reader = RangeReader(SourcePlan("alpha->beta", "alpha", {"bootstrap.servers": ALPHA, **QUIET}, re.escape(topic),
                                     read_committed=False, slots=1, max_records=100, starting="earliest"))
     tp = (topic, 0)
+
+    def reported() -> source_reads.EndsRead:
+        read = source_reads.parse_report(reader.reportLatestOffset())
+        assert read is not None and read.complete
+        return read
+
     try:
         assert _trigger(reader, {tp: 0}, 100) == {tp: 100}  # 150 left: a whole batch, so its ends are read ahead
+        first = reported()
+        produced = time.time()
         _produce(topic, 10_000)
-        # Planned from the ends read ahead (250): the batch is as full as fresh ends would make it.
+        # Planned from the ends read ahead (250): the batch is as full as fresh ends would make it. The report says
+        # the ends are as of the read ahead, before the 10,000 were produced (range_source S5).
         assert _trigger(reader, {tp: 100}, 100) == {tp: 200}
-        assert batch_plan.decode(reader.reportLatestOffset()) == {tp: 250}
+        ahead = reported()
+        assert ahead.ends == {tp: 250} and first.as_of <= ahead.as_of < produced
         # 50 left by those ends, less than a batch: the next trigger reads afresh and sees every record.
         assert _trigger(reader, {tp: 200}, 100) == {tp: 300}
-        assert batch_plan.decode(reader.reportLatestOffset()) == {tp: 10_250}
+        fresh = reported()
+        assert fresh.ends == {tp: 10_250} and ahead.as_of <= fresh.as_of <= time.time()
     finally:
         reader.stop()

@@ -71,6 +71,8 @@ class App:
     def __init__(self, topic: str, group: str, rate: int) -> None:
         self.topic, self.group, self.rate = topic, group, rate
         self.acked: dict[bytes, tuple[str, float]] = {}  # value -> (cluster that acknowledged it, monotonic time)
+        # value -> when its acknowledgement reached the producer (wall clock): at or after the broker's
+        self.acked_at: dict[bytes, float] = {}
         self.reads: list[tuple[bytes, float, str]] = []  # (value, monotonic time, cluster), in read order
         self.failed: list[str] = []  # delivery errors
         self.where: str | None = None
@@ -138,6 +140,7 @@ class App:
                 return  # an acknowledgement the application never saw
             if error is None:
                 self.acked[message.value()] = (alias, time.monotonic())
+                self.acked_at[message.value()] = time.time()
             else:
                 self.failed.append(str(error))
         began, sent_here = time.monotonic(), 0
@@ -258,10 +261,12 @@ class Move:
     lost: int
     re_read: int
     audit_not_mirrored: int | None = None
-    rpo_as_of: float | None = None  # unplanned: when the source's ends the RPO counts from were read (wall clock)
-    written_after_view: int | None = None  # records on the source created since then (less the producer delay)
-    mirrored_through: float | None = None  # the report's: every record created before it is on the other side
-    oldest_not_mirrored: float | None = None  # read on both clusters: the oldest record missing on the other
+    rpo_as_of: float | None = None  # unplanned: when the source's ends the RPO counts from were asked for (wall clock)
+    written_after_view: int | None = None  # records on the source above those ends (appended after they were read)
+    mirrored_through: float | None = None  # the report's: every record acknowledged before it is on the other side
+    # Read on both clusters: when the earliest acknowledged record missing on the other side was acknowledged to the
+    # drill's producer (wall clock, at or after the source's acknowledgement)
+    oldest_missing_acked: float | None = None
     runbook_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
@@ -345,7 +350,6 @@ class Drill:
         from mirrorflow.dev import local
         from mirrorflow.jobs import lifecycle
         from mirrorflow.kafka.link import FlowLink
-        from mirrorflow.status import metrics
 
         p, b = self.primary, self.backup
         app = self._application("unplanned", scheduler)
@@ -377,11 +381,10 @@ class Drill:
         self._wait_readable(p, app.topic)
         failover.audit_not_mirrored = self._not_mirrored(f"{p}->{b}", app.topic)
         failover.rpo_as_of = report.get("rpo", {}).get("as_of")
-        if failover.rpo_as_of is not None:  # a record created just before the ends were read may not be in them
-            failover.written_after_view = self._created_since(app.topic, p,
-                                                              failover.rpo_as_of - metrics.PRODUCER_DELAY_S)
+        if failover.rpo_as_of is not None:
+            failover.written_after_view = self._appended_after_view(f"{p}->{b}", app.topic, failover.rpo_as_of)
         failover.mirrored_through = report.get("rpo", {}).get("mirrored_through")
-        failover.oldest_not_mirrored = self._oldest_missing(app.topic, p, b)
+        failover.oldest_missing_acked = self._oldest_missing_acked(app, p, b)
         # Failback: what was produced on backup meanwhile goes home first (the reverse flow), then the group.
         lifecycle.request(FlowLink.of(self.cfg, self.cfg.flow(f"{b}->{p}")), lifecycle.RUNNING, "dr drill: failback")
         scheduler.launch()
@@ -434,24 +437,34 @@ class Drill:
 
         wait_for(lambda: len(end_offsets(self.bootstraps[alias], topic)) == 3, 120, f"{topic} readable on {alias}")
 
-    def _oldest_missing(self, topic: str, source: str, target: str) -> float | None:
-        """Read on both clusters: the creation time of the oldest record of `topic` on `source` whose copy is not
-        on `target` (values are unique), None when every one is there."""
+    def _oldest_missing_acked(self, app: App, source: str, target: str) -> float | None:
+        """Read on both clusters: when the drill's producer had the acknowledgement of the earliest acknowledged
+        record of the app's topic on `source` whose copy is not on `target` (values are unique), None when every one
+        is there. A record's own timestamp is not used: its producer sets it before the append."""
         from support.streams import read_partition
 
-        remote = self.cfg.flow(f"{source}->{target}").policy.remote_topic(source, topic)
+        remote = self.cfg.flow(f"{source}->{target}").policy.remote_topic(source, app.topic)
         there = {m.value() for p in range(3) for m in read_partition(self.bootstraps[target], remote, p,
                                                                     committed=True)}
-        missing = [m.timestamp()[1] for p in range(3) for m in read_partition(self.bootstraps[source], topic, p)
-                   if m.value() not in there]
-        return min(missing) / 1000 if missing else None
+        missing = [app.acked_at[m.value()] for p in range(3) for m in read_partition(self.bootstraps[source],
+                                                                                      app.topic, p)
+                   if m.value() not in there and m.value() in app.acked_at]
+        return min(missing) if missing else None
 
-    def _created_since(self, topic: str, alias: str, since: float) -> int:
-        """Records of `topic` on `alias` created at or after `since` (wall clock)."""
-        from support.streams import read_partition
+    def _appended_after_view(self, flow: str, topic: str, as_of: float) -> int | None:
+        """Records of `topic` on the flow's source at or above the ends of the stream's view of it (the one the
+        runbook read: the stream cannot read a lost source, so it makes no newer one), None if that view is gone."""
+        from mirrorflow.kafka import source_view
+        from mirrorflow.kafka.link import FlowLink
 
-        return sum(1 for p in range(3) for m in read_partition(self.bootstraps[alias], topic, p)
-                   if m.timestamp()[1] >= since * 1000)
+        from support.streams import end_offsets
+
+        view = source_view.newest(FlowLink.of(self.cfg, self.cfg.flow(flow)))
+        if view is None or view.as_of != as_of:
+            return None
+        source = self.cfg.flow(flow).source
+        return sum(max(end - view.ends.get((topic, p), 0), 0)
+                   for p, end in enumerate(end_offsets(self.bootstraps[source], topic)))
 
     def _not_mirrored(self, flow: str, topic: str) -> int:
         """The audit's count of the topic's records on the flow's source that its target does not hold."""
@@ -467,9 +480,9 @@ class Drill:
 def verdict(moves: Sequence[Move], checkpoint_errors: Mapping[str, tuple[int, str]]) -> list[str]:
     """What makes the drill fail, one line each: a planned move that lost or re-read a record of the moved group;
     an unplanned failover whose reported RPO (at least N records not mirrored, counted from the source's ends as
-    the stream last read them) is not what the audit found, give or take the records created after that read, or
-    that misses a record older than its `mirrored_through`; checkpoint rounds that failed while their clusters were
-    up."""
+    the stream last read them) is not what the audit found, give or take the records appended after that read, that
+    claims a `mirrored_through` later than that read, or that misses a record acknowledged before its
+    `mirrored_through`; checkpoint rounds that failed while their clusters were up."""
     failures = []
     for m in moves:
         if m.name.startswith("planned") and (m.lost or m.re_read):
@@ -478,15 +491,20 @@ def verdict(moves: Sequence[Move], checkpoint_errors: Mapping[str, tuple[int, st
             if m.rpo_records is None or m.audit_not_mirrored is None or m.written_after_view is None:
                 failures.append(f"{m.name}: no RPO in records to hold against the audit (RPO: {m.rpo}; audit: "
                                 f"{m.audit_not_mirrored})")
-            elif (m.mirrored_through is not None and m.oldest_not_mirrored is not None
-                  and m.oldest_not_mirrored < m.mirrored_through):
-                failures.append(f"{m.name}: a record created at {m.oldest_not_mirrored:.3f} is missing on the other "
-                                f"side, although the report said every record before {m.mirrored_through:.3f} was "
-                                "mirrored")
+            elif (m.mirrored_through is not None and m.rpo_as_of is not None
+                  and m.mirrored_through > m.rpo_as_of):
+                failures.append(f"{m.name}: the report said every record acknowledged before "
+                                f"{m.mirrored_through:.3f} was mirrored, later than its view of the source "
+                                f"({m.rpo_as_of:.3f})")
+            elif (m.mirrored_through is not None and m.oldest_missing_acked is not None
+                  and m.oldest_missing_acked < m.mirrored_through):
+                failures.append(f"{m.name}: a record acknowledged at {m.oldest_missing_acked:.3f} is missing on the "
+                                f"other side, although the report said every record acknowledged before "
+                                f"{m.mirrored_through:.3f} was mirrored")
             elif not m.rpo_records <= m.audit_not_mirrored <= m.rpo_records + m.written_after_view:
                 failures.append(f"{m.name}: the runbook reported at least {m.rpo_records} records not mirrored, the "
-                                f"audit found {m.audit_not_mirrored}, and {m.written_after_view} were created after "
-                                "the stream's view it counted from")
+                                f"audit found {m.audit_not_mirrored}, and {m.written_after_view} were appended "
+                                "after the stream's view it counted from")
     failures += [f"checkpoint rounds of {flow} failed {n} time(s) with its clusters up: {error}"
                  for flow, (n, error) in sorted(checkpoint_errors.items())]
     return failures
@@ -565,7 +583,7 @@ def report_markdown(moves: list[Move], setup: str) -> str:
                      f"{m.re_read} |")
     lines += ["", *(f"- {m.name}: {n}" for m in moves for n in m.notes)]
     lines += [f"- {m.name}: the RPO holds against the audit when {m.rpo_records} <= {m.audit_not_mirrored} <= "
-              f"{m.rpo_records} + {m.written_after_view} (records created after the stream's view of the source)"
+              f"{m.rpo_records} + {m.written_after_view} (records appended after the stream's view of the source)"
               for m in moves if None not in (m.rpo_records, m.audit_not_mirrored, m.written_after_view)]
     return "\n".join(lines)
 

@@ -172,17 +172,17 @@ class PartitionLag:
 
 @dataclass(frozen=True)
 class Unmirrored:
-    """What the target holds against the stream's last view of the source (source_view V1, V2)."""
+    """What the target holds against the stream's last view of the source (source_view V1-V3)."""
 
     view: source_view.SourceView
-    records: int  # at least this many records were not mirrored; those written after `view.as_of`: unknown
+    records: int  # at least this many records were not mirrored; those appended after `view.as_of`: unknown
+    through: float | None  # V3: every record the source acknowledged before it is on the target; None: unknown
 
     def line(self) -> str:
-        through = self.view.mirrored_through
         return (f"at least {self.records} records not mirrored by the stream's last view of the source, at "
                 f"{utc_time(self.view.as_of)} UTC"
-                + ("" if through is None else
-                   f"; every record created before {utc_time(through)} UTC mirrored"))
+                + ("" if self.through is None else
+                   f"; every record the source acknowledged before {utc_time(self.through)} UTC mirrored"))
 
 
 def utc_time(seconds: float) -> str:
@@ -196,8 +196,9 @@ def unmirrored(link: FlowLink) -> Unmirrored | None:
     view = source_view.newest(link)
     if view is None:
         return None
-    positions = offset_sync_log.read(link.settings("target", "consumer"), link.syncs_topic).positions
-    return Unmirrored(view, view.not_mirrored({tp: p.upstream_next for tp, p in positions.items()}))
+    read = offset_sync_log.read(link.settings("target", "consumer"), link.syncs_topic).positions
+    positions = {tp: p.upstream_next for tp, p in read.items()}
+    return Unmirrored(view, view.not_mirrored(positions), view.acknowledged_through(positions))
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,8 @@ def _newest_checkpoints(link: FlowLink) -> list[tuple[str, str, int]]:
 def _rpo(link: FlowLink, health: lifecycle.FlowHealth, started: float) -> dict[str, Any]:
     """Records and seconds not yet mirrored, from the clusters wherever the runbook runs: measured when the source
     answers; else at least what the stream's last view of the source (kept on the target) shows above the positions
-    the offset syncs hold, with every record before its `mirrored_through` mirrored (source_view V1, V2)."""
+    the offset syncs hold, and the time before which every record the source acknowledged is on the target
+    (source_view V1-V3: never later than the moment that view's ends were asked for)."""
     flow = link.flow
     if health.lags is not None:
         return {"records": health.lag_records, "seconds": round(health.lag_seconds or 0.0, 1), "measured": True,
@@ -208,12 +209,12 @@ def _rpo(link: FlowLink, health: lifecycle.FlowHealth, started: float) -> dict[s
         return {"records": None, "seconds": None, "measured": False,
                 "note": f"{flow.source} unreachable and the stream left no view of it on {flow.target}: records "
                         f"written to {flow.source} after the newest mirrored ones are unknown{beat}"}
-    view, records, through = seen.view, seen.records, seen.view.mirrored_through
+    view, records, through = seen.view, seen.records, seen.through
     note = (f"{flow.source} unreachable: its ends as the stream last read them, at "
             f"{lifecycle.utc_time(view.as_of)} UTC ({max(started - view.as_of, 0):.0f} s "
             f"before this runbook), against what {flow.target} holds; records written after that are unknown")
     if through is not None:
-        note += (f"; every record written to {flow.source} before "
+        note += (f"; every record {flow.source} had acknowledged to its producers before "
                  f"{lifecycle.utc_time(through)} UTC is on {flow.target}")
     return {"records": records, "at_least": True, "measured": False, "as_of": view.as_of,
             "seconds": None if through is None else round(max(started - through, 0.0), 1),

@@ -559,7 +559,8 @@ class _Driver:
                             "one is counted as refused (status, metrics, audit)", self.flow.name, r["topic"],
                             r["partition"], r["refused"], r["first_refused"], self.flow.target,
                             spec.remote[r["topic"]])
-        self.metrics.observe([r for r in rows if r["topic"] in flow_topics], read_all=not behind)
+        self.metrics.observe([r for r in rows if r["topic"] in flow_topics])
+        self.metrics.observe_positions(self.state.upstream_next)
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
 

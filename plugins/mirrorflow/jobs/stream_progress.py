@@ -1,20 +1,20 @@
 """What the stream's driver learns of its running query and tells the operator, from its watch loop: Spark's
-progress (the trigger's own time, the source's ends and when they were read), stalls named while they last, and
+progress (the trigger's own time, the planner's reads of the source's ends), stalls named while they last, and
 every `log_interval_s` the status file, the source view and a progress line (sooner when its shape changes)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from mirrorflow.kafka import source_view
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
-from mirrorflow.spark import offset_log
+from mirrorflow.rules import source_reads
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -38,10 +38,7 @@ class StreamProgress:
         self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
         self.stall_named = False  # the running batch's stall is reported (status, log)
         self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
-        # When the trigger of that batch began, and when the source's ends it reported were read at the latest
-        # (source_view V1: the start of the trigger observed before it). Wall clock.
-        self.trigger_began: float | None = None
-        self.ends_as_of: float | None = None
+        self.last_report: Any = None  # the planner's report of its newest read, as the progress last held it
         self.view = source_view.ViewWriter(link)
         self.last_status = self.last_log = time.monotonic()
         self.logged: tuple[Any, ...] | None = None  # the shape of the last progress line
@@ -106,10 +103,11 @@ class StreamProgress:
 
     def _write_view(self, snapshot: Mapping[str, Any]) -> None:
         """The source's ends as last read, on the target for a runbook that finds the source gone (source_view)."""
-        ends = self.metrics.source_ends()
-        if self.ends_as_of is None or not ends:
+        read = self.metrics.newest_read()
+        if read is None or not read.ends:
             return
-        self.view.offer(source_view.SourceView(self.ends_as_of, ends, snapshot.get("mirrored-through")))
+        self.view.offer(source_view.SourceView(read.as_of, read.ends, snapshot.get("mirrored-through"),
+                                               read.complete))
 
     def _log_batch_timing(self, query: Any) -> None:
         progress = query.lastProgress
@@ -126,22 +124,16 @@ class StreamProgress:
         if progress.get("batchId") != self.last_progress_batch and "triggerExecution" in durations:
             self.last_progress_batch = progress.get("batchId")
             self.metrics.observe_trigger_overhead(durations["triggerExecution"] - durations.get("addBatch", 0))
-            self.ends_as_of, self.trigger_began = self.trigger_began, _progress_time(progress)
         latest = progress["sources"][0].get("latestOffset")
+        if latest is None or latest == self.last_report:
+            return
+        self.last_report = latest
         try:
-            offsets = json.loads(latest) if isinstance(latest, str) else latest
+            read = source_reads.parse_report(json.loads(latest) if isinstance(latest, str) else latest)
         except ValueError:
             return
-        if isinstance(offsets, Mapping):
+        if read is not None:
             # The pattern also matches topics the flow does not replicate (internal ones): not its partitions.
-            ends = offset_log.flatten(offsets)
-            mirrored = {t for t in {t for t, _ in ends} if selection.replicates(self.flow, t)}
-            self.metrics.observe_source_ends({tp: end for tp, end in ends.items() if tp[0] in mirrored})
-
-
-def _progress_time(progress: Mapping[str, Any]) -> float | None:
-    """When a query progress's trigger began (wall clock), None if it does not say."""
-    try:
-        return datetime.fromisoformat(str(progress["timestamp"])).timestamp()
-    except (KeyError, ValueError):
-        return None
+            mirrored = {t for t in {t for t, _ in read.ends} if selection.replicates(self.flow, t)}
+            self.metrics.observe_read(dataclasses.replace(
+                read, ends={tp: end for tp, end in read.ends.items() if tp[0] in mirrored}))

@@ -1,18 +1,21 @@
 """The stream's last view of its source, kept on the target: what a runbook has when the source is gone.
 
 Topic `mirrorflow-source-view.{source}.internal` on the flow's target (one flow per source alias and target, as the
-offset syncs), one partition, compacted, one key. Every status period the stream's driver writes the source's end
-offsets as it last read them and its `mirrored-through` time (status.metrics, invariant C). What the flow mirrored
-is never taken from here: the offset syncs say it.
+offset syncs), one partition, compacted, one key. Every status period the stream's driver writes the planner's
+newest read of the source's ends (rules/source_reads) and its `mirrored-through` time (status.metrics, invariant
+C). What the flow mirrored is never taken from here: the offset syncs say it.
 
-  V1  `as_of` is no later than the moment the ends were read (the start of the trigger before the one that
-      reported them: a trigger may plan from ends read while the batch before it copied), so every record above
-      a partition's end here was written after `as_of` (some written after `as_of` may be below it).
+  V1  `as_of` is the read's (source_reads R1): no later than the moment its ends were asked for, so every record
+      above a partition's end here was appended after `as_of`, and, when the view is `complete`, every record the
+      source acknowledged before `as_of` is below an end here.
   V2  Every record between a position the offset syncs hold now and the view's end of that partition is on the
       source and not on the target, so `not_mirrored(positions)` is a lower bound of what the target lacks, where
       a position commits with its records (records fenced, the default, and exactly-once; with
       `mirrorflow.records.fenced = false` the target may hold up to one batch above its positions). What the
       source took after the view is unknown until it answers.
+  V3  `mirrored_through` is at or before `as_of`; `acknowledged_through(positions)` is the latest time before
+      which every record the source acknowledged is on the target by these facts: `as_of` when the view is
+      complete and the positions reach every end of it (V1, V2), else `mirrored_through`.
 Bound: one live record per flow; a reader reads only the partition's newest record.
 """
 
@@ -47,24 +50,33 @@ def topic(source: str) -> str:
 class SourceView:
     as_of: float  # V1: wall-clock seconds
     ends: Mapping[TopicPartitionKey, int]
-    mirrored_through: float | None = None  # metrics invariant C, as the driver last computed it
+    mirrored_through: float | None = None  # metrics invariant C, as the driver last computed it (V3)
+    complete: bool = False  # an end for every partition the flow replicated when the ends were read (V1)
 
     def not_mirrored(self, positions: Mapping[TopicPartitionKey, int]) -> int:
         """V2: records below the ends of this view that are above the flow's positions now."""
         return sum(max(end - positions.get(tp, 0), 0) for tp, end in self.ends.items())
 
+    def acknowledged_through(self, positions: Mapping[TopicPartitionKey, int]) -> float | None:
+        """V3."""
+        if self.complete and self.not_mirrored(positions) == 0:
+            return self.as_of
+        if self.mirrored_through is None:
+            return None
+        return min(self.mirrored_through, self.as_of)
+
     def value(self) -> bytes:
         ends: dict[str, dict[str, int]] = {}
         for (t, p), end in sorted(self.ends.items()):
             ends.setdefault(t, {})[str(p)] = end
-        return json.dumps({"as_of": self.as_of, "mirrored_through": self.mirrored_through, "ends": ends},
-                          separators=(",", ":")).encode()
+        return json.dumps({"as_of": self.as_of, "mirrored_through": self.mirrored_through,
+                           "complete": self.complete, "ends": ends}, separators=(",", ":")).encode()
 
     @classmethod
     def parse(cls, value: bytes) -> SourceView:
         doc = json.loads(value)
         return cls(float(doc["as_of"]), {(t, int(p)): int(e) for t, ps in doc["ends"].items() for p, e in ps.items()},
-                   doc.get("mirrored_through"))
+                   doc.get("mirrored_through"), bool(doc.get("complete", False)))
 
 
 class ViewWriter:

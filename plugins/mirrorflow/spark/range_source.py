@@ -17,6 +17,9 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
       the query: the stream waits out a link cut, and resumes when the source answers.
   S3  A topic leaves the offsets only when two metadata answers in a row lack it; a new partition joins them only
       once its log start is known.
+  S5  `reportLatestOffset` says when the ends it reports were asked for (rules/source_reads R1): the earlier of the
+      moments the list of their partitions and the ends themselves were asked for, each taken before its request
+      is sent. The driver holds them against the flow's positions (status.metrics, invariant C).
   S4  A batch is admitted from where the copy got to: the positions a lingering batch reached past its end offsets
       (spark/copier C6), which the driver keeps beside the checkpoint (`positions_path`), are its start
       (batch_plan P9), so Spark's offsets follow the copy instead of falling behind it. A file missing or
@@ -47,7 +50,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync
-from mirrorflow.rules import batch_plan
+from mirrorflow.rules import batch_plan, source_reads
 from mirrorflow.rules.batch_plan import Range
 
 log = logging.getLogger(__name__)
@@ -122,18 +125,19 @@ class RangeReader(DataSourceStreamReader):
         self._admin: AdminClient | None = None
         self._counts: dict[str, int] = {}
         self._counts_at = float("-inf")
+        self._listed_at = float("-inf")  # S5: when the partition list in `_counts` was asked for (wall clock)
         self._warned_until = 0.0
-        self._latest: dict[tuple[str, int], int] | None = None
+        self._read: source_reads.EndsRead | None = None  # S5: the ends last read, as reported
         self._missing_once: set[str] = set()
         self._turn = 0  # batches planned since this reader began (P6: whose turn it is); restarts at 0
         # P7: the next trigger's ends and log starts (P8), and metadata when due, being read
-        self._ahead: Future[tuple[dict[str, int] | None, dict[TopicPartition, int], dict[TopicPartition, int]]] | None
-        self._ahead = None
+        self._ahead: Future[_Answers] | None = None
         self._reading: ThreadPoolExecutor | None = None  # one thread: at most one read ahead at a time
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"), "_warned_until": 0.0,
-                "_latest": None, "_missing_once": set(), "_turn": 0, "_ahead": None, "_reading": None}
+        return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"),
+                "_listed_at": float("-inf"), "_warned_until": 0.0, "_read": None,
+                "_missing_once": set(), "_turn": 0, "_ahead": None, "_reading": None}
 
     @property
     def admin(self) -> AdminClient:
@@ -141,12 +145,15 @@ class RangeReader(DataSourceStreamReader):
             self._admin = AdminClient(dict(self.plan.admin_settings))
         return self._admin
 
-    def _partitions(self, counted: Mapping[str, int] | None = None) -> list[TopicPartition]:
+    def _partitions(self, counted: Mapping[str, int] | None = None, listed_at: float | None = None
+                    ) -> list[TopicPartition]:
         """The source partitions the pattern matches (metadata at most every METADATA_REFRESH_S; `counted`: an
-        answer read ahead)."""
+        answer read ahead, asked for at `listed_at`)."""
         if counted is None and time.monotonic() - self._counts_at >= METADATA_REFRESH_S:
+            listed_at = time.time()
             counted, _ = admin_sync.partition_counts(self.admin, self.plan.source)
         if counted is not None:
+            self._listed_at = listed_at if listed_at is not None else time.time()
             matches = re.compile(self.plan.pattern).fullmatch
             found = {t: n for t, n in counted.items() if matches(t)}
             # S3: a topic drops out when two answers in a row lack it (one answer may miss a topic with an error).
@@ -197,31 +204,35 @@ class RangeReader(DataSourceStreamReader):
         metadata_due = time.monotonic() + 1.0 - self._counts_at >= METADATA_REFRESH_S
         self._ahead = self._reading.submit(self._answers, tps, metadata_due)
 
-    def _answers(self, tps: list[TopicPartition], metadata_due: bool
-                 ) -> tuple[dict[str, int] | None, dict[TopicPartition, int], dict[TopicPartition, int]]:
+    def _answers(self, tps: list[TopicPartition], metadata_due: bool) -> _Answers:
+        listed_at = time.time()
         counted = admin_sync.partition_counts(self.admin, self.plan.source)[0] if metadata_due else None
+        asked_at = time.time()
         latest = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
-        return counted, latest, self._offsets(tps, OffsetSpec.earliest(), within=10.0)  # type: ignore[no-untyped-call]
+        return _Answers(counted, listed_at if counted is not None else None, latest, asked_at,
+                        self._offsets(tps, OffsetSpec.earliest(), within=10.0))  # type: ignore[no-untyped-call]
 
-    def _read_ahead_answers(self) -> tuple[dict[str, int] | None, dict[TopicPartition, int] | None,
-                                           dict[TopicPartition, int]]:
-        """What the read ahead found, if it is in (taken once): partition counts (None: not read), ends (None: not
-        in) and log starts."""
+    def _read_ahead_answers(self) -> _Answers:
+        """What the read ahead found, if it is in (taken once)."""
         ahead, self._ahead = self._ahead, None
         if ahead is None or not ahead.done() or ahead.exception() is not None:
-            return None, None, {}
+            return _Answers()
         return ahead.result()
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
         begun = batch_plan.resumed(batch_plan.decode(start), read_positions(self.plan.positions_path))
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
-            counted, answered, deleted_to = self._read_ahead_answers()
-            tps = self._partitions(counted)
+            ahead = self._read_ahead_answers()
+            tps = self._partitions(ahead.counted, ahead.listed_at)
+            answered, asked_at, deleted_to = ahead.latest, ahead.asked_at, ahead.log_starts
             if answered is None or answered.keys() != set(tps) or not batch_plan.fills(begun, answered, cap):
+                asked_at = time.time()
                 answered = self._offsets(tps, OffsetSpec.latest(), within=10.0)  # type: ignore[no-untyped-call]
                 deleted_to = {}  # P8 plans only from log starts read with the ends it plans from
             present = set(tps)
+            self._read = source_reads.EndsRead(min(self._listed_at, asked_at), dict(answered),
+                                               complete=answered.keys() >= present)
             # A partition without a leader just now stays where it is; one whose topic is gone drops out.
             latest = {**{tp: o for tp, o in begun.items() if tp in present}, **answered}
             new = [tp for tp in latest if tp not in begun]
@@ -236,7 +247,6 @@ class RangeReader(DataSourceStreamReader):
                 log.warning("flow %s: the source's end offsets cannot be read (%s); no new batch until they can",
                             self.plan.flow, exc)
             return start
-        self._latest = latest
         end = batch_plan.admit(begun, latest, {**deleted_to, **log_starts}, cap, self._turn)
         if end != begun:
             self._turn += 1  # a batch runs: the next one moves the next turn's partitions (P6)
@@ -244,9 +254,10 @@ class RangeReader(DataSourceStreamReader):
             self._read_ahead(tps)
         return batch_plan.encode(end)
 
-    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
-        """The source's end offsets as last read (the query's progress shows them: the driver's lag)."""
-        return batch_plan.encode(self._latest) if self._latest is not None else None
+    def reportLatestOffset(self) -> dict[str, Any] | None:
+        """The source's end offsets as last read and when (S5): the query's progress shows them to the driver (its
+        lag, its mirrored-through time). Spark only reports this, it plans nothing from it."""
+        return source_reads.report(self._read) if self._read is not None else None
 
     def partitions(self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> list[SlotRanges]:
         slots = batch_plan.slot_ranges(batch_plan.decode(start), batch_plan.decode(end), self.plan.slots)
@@ -263,6 +274,18 @@ class RangeReader(DataSourceStreamReader):
     def stop(self) -> None:
         if self._reading is not None:
             self._reading.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class _Answers:
+    """A read ahead's answers (P7): partition counts (None: not asked) and when they were asked for, the ends (None:
+    not in) and when they were asked for, the log starts."""
+
+    counted: dict[str, int] | None = None
+    listed_at: float | None = None
+    latest: dict[TopicPartition, int] | None = None
+    asked_at: float = float("inf")
+    log_starts: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 def read_positions(path: str | Path | None) -> dict[tuple[str, int], int]:

@@ -8,12 +8,10 @@ Prometheus names are the MM2 names with `_` for `-`, prefixed `mirrorflow_`.
 Invariants, each tested:
   A. a merged distribution has the count, total, min and max of all its parts;
   B. the p99 estimate is an upper bound of the true p99 and at most one bucket above it;
-  C. every source record created before `mirrored-through` (wall clock) is mirrored, for partitions whose
-     record timestamps (CreateTime) do not go backwards and whose records reach the source within
-     PRODUCER_DELAY_S of their CreateTime: a batch that read all its partitions had to its ends was planned
-     after the batch before it was folded in (less PRODUCER_DELAY_S: a record created just before was still
-     on its way; the DR drill saw one arrive 94 ms late on a busy host), and a partition still behind is
-     mirrored up to its newest mirrored record's timestamp.
+  C. every record the source acknowledged before `mirrored-through` (wall clock) is mirrored: it is the `as_of`
+     of the newest complete read of the source's ends (the planner's, range_source S5) that the flow's positions
+     have reached in every partition (rules/source_reads R1-R3). It rests on offsets and on when requests were
+     sent, never on record timestamps; it is never later than the newest read's `as_of`.
 """
 
 from __future__ import annotations
@@ -35,6 +33,7 @@ import numpy as np
 
 from mirrorflow.model import paths
 from mirrorflow.model.config import Flow
+from mirrorflow.rules import source_reads
 
 BATCH_TIMES = 100  # micro-batches whose timings the metrics keep
 # Upper bounds (ms) of the latency and age histograms; the last bucket is open.
@@ -135,24 +134,6 @@ class PartitionMetrics:
 
 
 RECENT_MINUTES = 5  # the window of the latency `status` and the progress line show
-PRODUCER_DELAY_S = 1.0  # invariant C: how long after its CreateTime a record is taken to be in the source's log
-
-
-def mirrored_through(partitions: Iterable[PartitionMetrics], planned_after: float | None) -> float | None:
-    """The wall time before which every record of these partitions was mirrored (invariant C); None: unknown.
-
-    `planned_after`: when the batch before the newest one was folded in, provided the newest one read everything
-    available when Spark planned it (it did not hit the per-batch cap), else None."""
-    if planned_after is None:
-        return None
-    through = planned_after - PRODUCER_DELAY_S
-    for m in partitions:
-        if m.upstream_next is None or m.lag_records == 0:
-            continue
-        if m.last_timestamp is None:
-            return None
-        through = min(through, m.last_timestamp / 1000)
-    return through
 
 
 class FlowMetrics:
@@ -164,7 +145,10 @@ class FlowMetrics:
         self.batches = 0
         self.started = time.time()
         self.last_batch = 0.0
-        self.planned_after: float | None = None  # see mirrored_through
+        # Invariant C: the planner's reads of the source's ends against the flow's positions (every partition's,
+        # as the last batch left them). Bound: rules/source_reads.
+        self.reads = source_reads.SourceReads()
+        self.positions: dict[tuple[str, int], int] = {}
         self.state = "starting"
         self.error = ""
         self.pid, self.host = os.getpid(), socket.gethostname()
@@ -183,12 +167,11 @@ class FlowMetrics:
         self.recent: collections.deque[tuple[int, Distribution]] = collections.deque(maxlen=RECENT_MINUTES)
         self._lock = threading.Lock()
 
-    def observe(self, rows: Iterable[Mapping[str, Any]], read_all: bool = True) -> None:
-        """Fold a batch's task summaries in; `read_all`: the batch was not cut short by the per-batch cap."""
+    def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Fold a batch's task summaries in."""
         now = time.time()
         with self._lock:
             self.batches += 1
-            self.planned_after = self.last_batch if read_all and self.last_batch else None
             self.last_batch = now
             minute = int(now // 60)
             if not self.recent or self.recent[-1][0] != minute:
@@ -261,6 +244,22 @@ class FlowMetrics:
             for tp, end in ends.items():
                 self.partitions.setdefault(tp, PartitionMetrics()).source_end = end
 
+    def observe_read(self, read: source_reads.EndsRead) -> None:
+        """A read of the source's ends the planner reported (its partitions' lag, invariant C)."""
+        self.observe_source_ends(read.ends)
+        with self._lock:
+            self.reads.add(read, self.positions)
+
+    def observe_positions(self, positions: Mapping[tuple[str, int], int]) -> None:
+        """The flow's positions after a batch, every partition's (invariant C)."""
+        with self._lock:
+            self.positions = dict(positions)
+            self.reads.cover(self.positions)
+
+    def newest_read(self) -> source_reads.EndsRead | None:
+        with self._lock:
+            return self.reads.newest
+
     def source_ends(self) -> dict[tuple[str, int], int]:
         with self._lock:
             return {tp: m.source_end for tp, m in self.partitions.items() if m.source_end is not None}
@@ -319,7 +318,7 @@ class FlowMetrics:
                 "transactional-producer-inits": self.producer_inits,
                 "source-consumer-inits": self.consumer_inits, "reading-tasks": self.reading_tasks,
                 "last-batch": self.last_batch,
-                "mirrored-through": mirrored_through(self.partitions.values(), self.planned_after),
+                "mirrored-through": self.reads.through,
                 # Means over the last BATCH_TIMES batches: the driver's own part of a batch is batch minus write.
                 "batch-ms-avg": round(batch_ms, 1), "batch-write-ms-avg": round(write_ms, 1),
                 "batch-driver-ms-avg": round(batch_ms - write_ms, 1),

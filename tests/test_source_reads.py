@@ -1,0 +1,136 @@
+"""Since when every record the source acknowledged is mirrored (rules/source_reads R1-R3; status.metrics invariant
+C; kafka/source_view V3), held against generated histories of appends, reads, copies and reports (pure)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from mirrorflow.kafka.source_view import SourceView
+from mirrorflow.rules import source_reads
+from mirrorflow.rules.source_reads import EndsRead, SourceReads
+
+TP = tuple[str, int]
+
+# One step of a history: (kind, partition, amount). Kinds: a record appended (amount: how far its producer-set
+# timestamp lies before its append, in ms, negative for a producer clock ahead); a new partition; the planner asking
+# for the partition list; it asking for the ends of the listed partitions (one of them may not answer; records may
+# be appended while the request or its answer is on its way); its read reported to the driver (or lost); a copy
+# moving a partition by a few records; time passing.
+steps = st.lists(st.tuples(st.sampled_from(["append", "append", "append", "partition", "list", "ends", "report",
+                                            "copy", "copy", "tick"]),
+                           st.integers(0, 3), st.integers(-2_000, 5_000)), min_size=20, max_size=150)
+
+
+@dataclass
+class World:
+    now: float = 1_000.0
+    logs: dict[TP, list[tuple[float, float]]] = field(default_factory=lambda: {("t", 0): []})  # (append, timestamp)
+    positions: dict[TP, int] = field(default_factory=dict)
+    listed: tuple[float, list[TP]] | None = None  # the planner's partition list, and when it asked for it
+    reads: list[EndsRead] = field(default_factory=list)  # made, not reported yet
+
+
+def _play(history: list[tuple[str, int, int]]) -> None:
+    world, kept = World(), SourceReads()
+    last_through: float | None = None
+    for kind, which, amount in history:
+        world.now += 0.05
+        tps = sorted(world.logs)
+        tp = tps[which % len(tps)]
+        if kind == "append":
+            world.logs[tp].append((world.now, world.now - amount / 1000))
+        elif kind == "partition":
+            world.logs[("t", len(tps))] = []
+        elif kind == "list":
+            world.listed = (world.now, tps)  # as_of: taken before the request is sent (R1)
+        elif kind == "ends" and world.listed is not None:
+            listed_at, listed = world.listed
+            asked_at = world.now  # taken before the request is sent (R1)
+            # A record appended while the request is on its way is in the answer; one appended while the answer is
+            # on its way back is not.
+            world.now += 0.01
+            if amount % 2 == 0:
+                world.logs[listed[0]].append((world.now, world.now - 0.5))
+            answered = [p for p in listed if amount % 3 != 1 or p != tp]
+            ends = {p: len(world.logs[p]) for p in answered}
+            if which % 2 == 0:
+                world.logs[listed[-1]].append((world.now + 0.005, world.now - 0.5))
+            world.now += 0.01
+            world.reads.append(EndsRead(min(listed_at, asked_at), ends, complete=len(answered) == len(listed)))
+        elif kind == "report" and world.reads:
+            read = world.reads.pop(0)
+            if amount % 2 == 0:
+                kept.add(read, world.positions)
+        elif kind == "copy":
+            # A copy may go past any read's ends (a lingering task): up to what the log holds now.
+            world.positions[tp] = min(world.positions.get(tp, 0) + abs(amount) % 4, len(world.logs[tp]))
+            kept.cover(world.positions)
+        else:
+            world.now += abs(amount) / 1000
+        through = kept.through
+        if through is None:
+            assert last_through is None
+            continue
+        # R3: never back, never past the newest read, and every record appended before it is below a position,
+        # whatever its own timestamp says (some precede their append by seconds, some follow it).
+        assert last_through is None or through >= last_through
+        assert kept.newest is not None and through <= kept.newest.as_of
+        for p, log in world.logs.items():
+            appended = sum(1 for at, _ in log if at < through)
+            assert appended <= world.positions.get(p, 0), (p, through, log, world.positions)
+        assert len(kept.pending) <= source_reads.MAX_PENDING
+        last_through = through
+
+
+@settings(max_examples=500)
+@given(steps)
+# A record appended while the answer was on its way back, and one appended to a partition created after the list.
+@example([("list", 0, 0), ("ends", 0, 5), ("report", 0, 0)])
+@example([("list", 0, 0), ("partition", 0, 0), ("append", 1, 0), ("ends", 0, 5), ("report", 0, 0)])
+def test_every_record_the_source_acknowledged_before_mirrored_through_is_mirrored(history: list[tuple[str, int, int]]
+                                                                                   ) -> None:
+    _play(history)
+
+
+def test_a_flow_that_keeps_up_is_mirrored_through_its_newest_read_and_one_behind_through_the_read_it_caught_up_to(
+        ) -> None:
+    tp = ("t", 0)
+    kept = SourceReads()
+    kept.add(EndsRead(10.0, {tp: 5}), {tp: 5})
+    assert kept.through == 10.0
+    kept.add(EndsRead(11.0, {tp: 9}), {tp: 5})
+    kept.add(EndsRead(12.0, {tp: 20}), {tp: 5})
+    assert kept.through == 10.0  # behind both
+    kept.cover({tp: 12})
+    assert kept.through == 11.0 and [r.as_of for r in kept.pending] == [12.0]
+    kept.add(EndsRead(13.0, {tp: 20}, complete=False), {tp: 30})  # an incomplete read is no claim of its own
+    assert kept.through == 12.0 and kept.newest is not None and kept.newest.as_of == 13.0
+
+
+def test_pending_reads_stay_within_their_bound_and_keep_the_newest() -> None:
+    tp = ("t", 0)
+    kept = SourceReads()
+    for i in range(100):
+        kept.add(EndsRead(float(i), {tp: i + 1}), {})
+        assert len(kept.pending) <= source_reads.MAX_PENDING and kept.pending[-1].as_of == float(i)
+    kept.cover({tp: 1_000})
+    assert kept.through == 99.0 and not kept.pending
+
+
+def test_a_report_parses_back_and_anything_else_is_no_read() -> None:
+    read = EndsRead(12.5, {("a", 0): 3, ("a", 1): 0, ("b", 0): 7}, complete=False)
+    assert source_reads.parse_report(source_reads.report(read)) == read
+    assert source_reads.parse_report({"a": {"0": 3}}) is None  # the ends alone, as reported before S5
+    assert source_reads.parse_report(None) is None
+
+
+def test_a_runbook_claims_the_view_s_own_time_only_when_it_is_complete_and_the_positions_reach_every_end() -> None:
+    tp, other = ("t", 0), ("t", 1)
+    view = SourceView(100.0, {tp: 10, other: 4}, mirrored_through=90.0, complete=True)
+    assert view.acknowledged_through({tp: 10, other: 4}) == 100.0
+    assert view.acknowledged_through({tp: 9, other: 4}) == 90.0  # the driver's, older claim
+    assert SourceView(100.0, {tp: 10}, mirrored_through=90.0).acknowledged_through({tp: 10}) == 90.0  # incomplete
+    assert SourceView(100.0, {tp: 10}, mirrored_through=None).acknowledged_through({tp: 3}) is None
+    assert SourceView.parse(view.value()) == view
