@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test test-unit lint browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos bench-slice stop clean
+.PHONY: setup demo test test-unit lint docs browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos bench-slice stop clean
 
 # The class archive local Spark sessions start from (once per JDK and jar set; spark/class_archive.py).
 setup: $(BIN)/mirrorflow
@@ -36,6 +36,10 @@ demo: setup
 	@echo "Look at: the Airflow UI above: Flows in its navigation bar; then trigger mirrorflow_failover as it comes (a dry run)"
 	@echo "         and read its 'mirrorflow report' tab (README: A first tour). Terminal: .venv/bin/mirrorflow status | health | topology"
 	@echo "         Stop everything with: make stop"
+
+# docs/configuration.md is made from the key table (plugins/mirrorflow/model/keys.py); tests/test_docs.py holds it.
+docs: setup
+	$(BIN)/python -c "from mirrorflow.model import key_docs; print(key_docs.markdown(), end='')" > docs/configuration.md
 
 lint: setup
 	$(BIN)/ruff check plugins tests dags spark_jobs

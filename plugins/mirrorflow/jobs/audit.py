@@ -23,8 +23,9 @@ target counts each unit's copies and XORs their digests; a unit that matches is 
 with identical content) without reading the source. The walk above then covers only what is left: the range from
 the first unit that does not match (or from the start, when no unit holds it), so a mismatch is always named
 record by record. The proven units may reach a little past the range on either side; the report's range says so.
-The digest pass trusts that the stream read every record of its batches (Spark's Kafka reader, the one the walk
-uses); `full` reads every record on both sides instead.
+The digest pass trusts that the stream's copier read every record of its batches: the units are the writer's own
+account of what it wrote, so a record the copier never read is in no unit and the pass cannot see it. `full` reads
+every record on both sides instead. Both sides are read with Spark's Kafka source.
 Only per-partition tallies and the first examples reach the driver.
 The audit is complete when nothing is missing or differs; duplicates are reported, and fail it only for an
 exactly-once target, where they break the guarantee (at-least-once allows them by design).

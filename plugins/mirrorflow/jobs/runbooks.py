@@ -437,7 +437,7 @@ def _rpo_words(rpo: Mapping[str, Any]) -> str:
     if rpo["records"] is None:
         return f"unknown: {rpo['note']}"
     if rpo.get("at_least"):
-        seconds = "" if rpo["seconds"] is None else f", all written in the last {rpo['seconds']} s"
+        seconds = "" if rpo["seconds"] is None else f", all acknowledged by the source in the last {rpo['seconds']} s"
         return f"at least {rpo['records']} records not mirrored{seconds} ({rpo['note']})"
     text = f"{rpo['records']} records, {rpo['seconds']} s not mirrored"
     return text + ("" if rpo["measured"] else f" ({rpo['note']})")

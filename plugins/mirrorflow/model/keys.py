@@ -23,97 +23,113 @@ class Key:
     name: str
     kind: str  # bool | int | port | str | regex-list | list | enum | class | memory | master
     default: str
+    doc: str  # what mirrorflow does with it, one or two sentences (docs/configuration.md is made from these)
     choices: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()  # older names MM2 still reads
 
 
 FLOW_KEYS: tuple[Key, ...] = (
-    Key("enabled", "bool", "false"),
-    Key("topics", "regex-list", DEFAULT_TOPICS, aliases=("topics.whitelist",)),
-    Key("topics.exclude", "regex-list", DEFAULT_TOPICS_EXCLUDE, aliases=("topics.blacklist",)),
-    Key("groups", "regex-list", DEFAULT_GROUPS, aliases=("groups.whitelist",)),
-    Key("groups.exclude", "regex-list", DEFAULT_GROUPS_EXCLUDE, aliases=("groups.blacklist",)),
-    Key("replication.policy.class", "class", "org.apache.kafka.connect.mirror.DefaultReplicationPolicy"),
-    Key("replication.policy.separator", "str", "."),
-    Key("replication.policy.prefix", "str", ""),
-    Key("replication.policy.internal.topic.separator.enabled", "bool", "true"),
-    Key("source.cluster.alias", "str", ""),
-    Key("replication.factor", "int", "2"),
-    Key("heartbeats.topic.replication.factor", "int", "3"),
-    Key("checkpoints.topic.replication.factor", "int", "3"),
-    Key("offset-syncs.topic.replication.factor", "int", "3"),
-    Key("refresh.topics.enabled", "bool", "true"),
-    Key("refresh.topics.interval.seconds", "int", "600"),
-    Key("sync.topic.configs.enabled", "bool", "true"),
-    Key("sync.topic.configs.interval.seconds", "int", "600"),
-    Key("config.properties.exclude", "regex-list", DEFAULT_CONFIG_PROPERTIES_EXCLUDE,
-        aliases=("config.properties.blacklist",)),
-    Key("use.defaults.from", "enum", "target", choices=("target", "source")),
-    Key("sync.topic.acls.enabled", "bool", "true"),
-    Key("sync.topic.acls.interval.seconds", "int", "600"),
-    Key("emit.heartbeats.enabled", "bool", "true"),
-    Key("emit.heartbeats.interval.seconds", "int", "1"),
-    Key("emit.checkpoints.enabled", "bool", "true"),
-    Key("emit.checkpoints.interval.seconds", "int", "60"),
-    Key("emit.offset-syncs.enabled", "bool", "true"),
-    Key("refresh.groups.enabled", "bool", "true"),
-    Key("refresh.groups.interval.seconds", "int", "600"),
-    Key("sync.group.offsets.enabled", "bool", "false"),
-    Key("sync.group.offsets.interval.seconds", "int", "60"),
-    Key("offset.lag.max", "int", "100"),
-    Key("offset-syncs.topic.location", "enum", "source", choices=("source", "target")),
-    Key("tasks.max", "int", "1"),
-    Key("consumer.poll.timeout.ms", "int", "1000"),
-    Key("admin.timeout.ms", "int", "60000"),
-    Key("mirrorflow.provenance.header.enabled", "bool", "true"),
-    Key("mirrorflow.audit.schedule", "str", "0 * * * *"),
-    # At-least-once: the records too commit in the task slot's transaction, so a writer that lost the lease lands
-    # none after the takeover (flow_lease, W4); false: idempotent records, no commit markers among them and a
-    # read_committed consumer sees each at once, but a frozen writer can land requests it had built, late.
-    Key("mirrorflow.records.fenced", "bool", "true"),
-    # Offset-sync anchors kept per source partition (with its position and loss record: 257 live records, plus one
-    # incarnation record per topic), and the least spacing between them near the head in target offsets; 0: each
-    # batch's end until the bound (anchors.py).
-    Key("mirrorflow.offset-syncs.anchors.max", "int", "255"),
-    Key("mirrorflow.offset-syncs.anchors.spacing", "int", "0"),
-    Key("mirrorflow.offset-syncs.prune.interval.seconds", "int", "60"),
-    # Topics whose data loss (source records deleted before the flow read them) stops the flow; by default no
-    # topic: the loss is recorded and shown, and the partition goes on from the source's log start.
-    Key("mirrorflow.data-loss.fail.topics", "regex-list", ""),
-    # The longest a flow DAG run's checkpoint task runs rounds with the same readers (it runs them for the run's
-    # period, `deployment.flow_period`, when that is shorter); 0: one round per run.
-    Key("mirrorflow.checkpoints.task.seconds", "int", "600"),
-    # How long a stream DAG run waits (deferred, in Airflow's triggerer) for its flow to need launching before it
-    # ends; the run after it starts within 30 s. So a stopped flow, or one whose stream runs elsewhere, makes one
-    # stream run a day, and a stream is launched within one poll (`.poll.seconds`) of being needed.
-    Key("mirrorflow.stream.watch.seconds", "int", "86400"),
-    Key("mirrorflow.stream.watch.poll.seconds", "int", "15"),
-    # The stream's Spark job, however it is launched (`mirrorflow stream`'s flags win for that run). The stream
-    # DAG submits to the master its Airflow connection `mirrorflow_spark` names, unless the file sets one here.
-    Key("mirrorflow.stream.spark.master", "master", "local[*]"),
-    Key("mirrorflow.stream.driver.memory", "memory", "1g"),
-    # Records per micro-batch at most (admission control), and the micro-batch interval when idle.
-    Key("mirrorflow.stream.max.records.per.batch", "int", "250000"),
-    Key("mirrorflow.stream.trigger.ms", "int", "100"),
-    # How long a micro-batch's tasks go on copying what arrives past the batch's end offsets, from its start.
-    Key("mirrorflow.stream.linger.ms", "int", "1500"),
-    # The scheduled health check (task `health` of DAG mirrorflow_flow__A_to_B, at least every `.interval.seconds`)
-    # fails, so that Airflow's failure alerts fire, when a flow requested running has had no stream for
-    # `.grace.seconds` (its stream DAG relaunches a dead one within a minute) or is more than `.lag.max.seconds`
-    # behind.
-    Key("mirrorflow.health.interval.seconds", "int", "600"),
-    Key("mirrorflow.health.grace.seconds", "int", "120"),
-    Key("mirrorflow.health.lag.max.seconds", "int", "300"),
-    # Where the flow's stream serves Prometheus /metrics and JSON /status, however it is launched (Airflow,
-    # spark-submit, the CLI; `stream --metrics-port/--metrics-host` win); no port: no endpoint.
-    Key("mirrorflow.metrics.port", "port", ""),
-    Key("mirrorflow.metrics.host", "str", "127.0.0.1"),
+    Key("enabled", "bool", "false", "Whether the flow `A->B` runs (`A->B.enabled = true`)."),
+    Key("topics", "regex-list", DEFAULT_TOPICS, "Source topics the flow mirrors: Java regexes matched against the "
+        "whole name, comma-separated.", aliases=("topics.whitelist",)),
+    Key("topics.exclude", "regex-list", DEFAULT_TOPICS_EXCLUDE, "Topics never mirrored even when `topics` matches "
+        "them (internal topics, other flows' checkpoints and heartbeats' copies are excluded by default).",
+        aliases=("topics.blacklist",)),
+    Key("groups", "regex-list", DEFAULT_GROUPS, "Consumer groups whose offsets checkpoint rounds translate.",
+        aliases=("groups.whitelist",)),
+    Key("groups.exclude", "regex-list", DEFAULT_GROUPS_EXCLUDE, "Groups never checkpointed.",
+        aliases=("groups.blacklist",)),
+    Key("replication.policy.class", "class", "org.apache.kafka.connect.mirror.DefaultReplicationPolicy",
+        "How remote topics are named: `DefaultReplicationPolicy` (`A.topic`), `IdentityReplicationPolicy` (same "
+        "name) or `mirrorflow.policy.PrefixReplicationPolicy`; custom Java classes are refused."),
+    Key("replication.policy.separator", "str", ".", "The separator between the source alias and the topic name "
+        "in remote topics and MM2's internal topics."),
+    Key("replication.policy.prefix", "str", "", "The prefix `PrefixReplicationPolicy` puts before remote topic "
+        "names (MirrorMaker 1's `--prefix`)."),
+    Key("replication.policy.internal.topic.separator.enabled", "bool", "true", "Accepted, not used."),
+    Key("source.cluster.alias", "str", "", "With `IdentityReplicationPolicy`: the alias remote topics are taken to "
+        "come from."),
+    Key("replication.factor", "int", "2", "Replication factor of remote topics the metadata sync creates."),
+    Key("heartbeats.topic.replication.factor", "int", "3", "Replication factor of the heartbeats topic."),
+    Key("checkpoints.topic.replication.factor", "int", "3", "Replication factor of the checkpoints topic."),
+    Key("offset-syncs.topic.replication.factor", "int", "3", "Replication factor of the offset-syncs topic and of "
+        "mirrorflow's other internal topics on the target."),
+    Key("refresh.topics.enabled", "bool", "true", "Accepted, not used."),
+    Key("refresh.topics.interval.seconds", "int", "600", "How often the flow DAG's metadata sync creates and grows "
+        "remote topics (with the health check's interval, it sets the DAG's period)."),
+    Key("sync.topic.configs.enabled", "bool", "true", "Whether the metadata sync copies topic configs."),
+    Key("sync.topic.configs.interval.seconds", "int", "600", "How often topic configs are synced."),
+    Key("config.properties.exclude", "regex-list", DEFAULT_CONFIG_PROPERTIES_EXCLUDE, "Topic configs never "
+        "copied.", aliases=("config.properties.blacklist",)),
+    Key("use.defaults.from", "enum", "target", "A config left at its default on the source: `target` leaves the "
+        "target's default, `source` sets the source's default on the remote topic.", choices=("target", "source")),
+    Key("sync.topic.acls.enabled", "bool", "true", "Whether the metadata sync copies the literal topic ACLs of "
+        "replicated topics under the remote names, ALLOW WRITE left out and ALLOW ALL as ALLOW READ, as MM2 does."),
+    Key("sync.topic.acls.interval.seconds", "int", "600", "How often ACLs are synced."),
+    Key("emit.heartbeats.enabled", "bool", "true", "Whether the stream writes a heartbeat to the target's heartbeats "
+        "topic."),
+    Key("emit.heartbeats.interval.seconds", "int", "1", "How often it does."),
+    Key("emit.checkpoints.enabled", "bool", "true", "Whether checkpoint rounds run for the flow."),
+    Key("emit.checkpoints.interval.seconds", "int", "60", "How often a checkpoint round runs."),
+    Key("emit.offset-syncs.enabled", "bool", "true", "Accepted, not used."),
+    Key("refresh.groups.enabled", "bool", "true", "Accepted, not used."),
+    Key("refresh.groups.interval.seconds", "int", "600", "Accepted, not used."),
+    Key("sync.group.offsets.enabled", "bool", "false", "Whether checkpoint rounds also commit translated offsets to "
+        "the target's group of the same name, when that group has no active member there."),
+    Key("sync.group.offsets.interval.seconds", "int", "60", "Accepted, not used."),
+    Key("offset.lag.max", "int", "100", "Used only to show MM2's own answer beside mirrorflow's exact one "
+        "(`translate`): mirrorflow writes an offset sync per batch, not one per `offset.lag.max` records."),
+    Key("offset-syncs.topic.location", "enum", "source", "Accepted, not used.", choices=("source", "target")),
+    Key("tasks.max", "int", "1", "Accepted, not used."),
+    Key("consumer.poll.timeout.ms", "int", "1000", "Accepted, not used."),
+    Key("admin.timeout.ms", "int", "60000", "Accepted, not used."),
+    Key("mirrorflow.provenance.header.enabled", "bool", "true", "Whether each mirrored record carries a header "
+        "naming its source cluster, topic, partition and offset: the audit and active/active loop refusal read it."),
+    Key("mirrorflow.audit.schedule", "str", "0 * * * *", "The cron schedule of the flow's audit DAG (UTC)."),
+    Key("mirrorflow.records.fenced", "bool", "true", "At-least-once: the records too commit in the task slot's "
+        "transaction, so a writer that lost the lease lands none after the takeover. `false`: idempotent records, "
+        "no commit markers among them and a `read_committed` consumer sees each at once, but a frozen writer can "
+        "land requests it had built, late."),
+    Key("mirrorflow.offset-syncs.anchors.max", "int", "255", "Offset-sync anchors kept per source partition, the "
+        "bound of the flow's translation state."),
+    Key("mirrorflow.offset-syncs.anchors.spacing", "int", "0", "The least spacing between anchors near the head, "
+        "in target offsets; 0: each batch's end until the bound."),
+    Key("mirrorflow.offset-syncs.prune.interval.seconds", "int", "60", "How often anchors below the source's log "
+        "start are dropped."),
+    Key("mirrorflow.data-loss.fail.topics", "regex-list", "", "Topics whose data loss (source records deleted "
+        "before the flow read them) stops the flow; by default the loss is recorded and shown, and the partition "
+        "goes on from the source's log start."),
+    Key("mirrorflow.checkpoints.task.seconds", "int", "600", "The longest one flow DAG run's checkpoint task runs "
+        "rounds with the same readers (its run's period when shorter); 0: one round per run."),
+    Key("mirrorflow.stream.watch.seconds", "int", "86400", "How long a stream DAG run waits, deferred, for its "
+        "flow to need launching before it ends (a stopped flow makes one stream run a day)."),
+    Key("mirrorflow.stream.watch.poll.seconds", "int", "15", "How often that wait looks: a stream is launched "
+        "within one poll of being needed."),
+    Key("mirrorflow.stream.spark.master", "master", "local[*]", "The Spark master of the flow's stream, however it "
+        "is launched; when the file sets none, the stream DAG submits to the Airflow connection `mirrorflow_spark`."),
+    Key("mirrorflow.stream.driver.memory", "memory", "1g", "The stream's driver memory."),
+    Key("mirrorflow.stream.max.records.per.batch", "int", "250000", "Records per micro-batch at most (admission "
+        "control)."),
+    Key("mirrorflow.stream.trigger.ms", "int", "100", "The micro-batch interval while the flow is idle."),
+    Key("mirrorflow.stream.linger.ms", "int", "1500", "How long a micro-batch's tasks go on copying records that "
+        "arrive past the batch's end offsets, from its start; 0: no linger."),
+    Key("mirrorflow.health.interval.seconds", "int", "600", "The scheduled health check's interval at most (task "
+        "`health` of DAG `mirrorflow_flow__A_to_B`)."),
+    Key("mirrorflow.health.grace.seconds", "int", "120", "The health check fails (Airflow's failure alerts fire) "
+        "when a flow requested running has had no stream for this long."),
+    Key("mirrorflow.health.lag.max.seconds", "int", "300", "It fails too when the flow is more than this far "
+        "behind."),
+    Key("mirrorflow.metrics.port", "port", "", "Where the stream serves Prometheus `/metrics` and JSON `/status`, "
+        "however it is launched; no port: no endpoint."),
+    Key("mirrorflow.metrics.host", "str", "127.0.0.1", "The address that endpoint listens on."),
 )
 
-# Keys valid at top level only.
+# Keys of the whole file (`clusters`) or of its clusters, not of a flow.
 GLOBAL_KEYS: tuple[Key, ...] = (
-    Key("clusters", "list", ""),
-    Key("exactly.once.source.support", "enum", "disabled", choices=("disabled", "preparing", "enabled")),
+    Key("clusters", "list", "", "The cluster aliases, comma-separated."),
+    Key("exactly.once.source.support", "enum", "disabled", "`enabled`: the flows into the cluster write each "
+        "record exactly once (docs/guarantees.md); any other value: at least once. At top level for every cluster, "
+        "or `{alias}.exactly.once.source.support` for one.", choices=("disabled", "preparing", "enabled")),
 )
 
 # Keys of Kafka Connect and of MM2's dedicated mode that a MirrorMaker 2 file may carry. mirrorflow
@@ -146,10 +162,12 @@ NOT_USED: dict[str, str] = {
     "refresh.groups.enabled": "every checkpoint round lists the source's groups",
     "refresh.groups.interval.seconds": "every checkpoint round lists the source's groups "
                                        "(emit.checkpoints.interval.seconds)",
-    "refresh.topics.enabled": "the stream subscribes by pattern: new topics and partitions are read from the next "
-                              "micro-batch; the flow DAG still syncs topics every refresh.topics.interval.seconds",
-    "tasks.max": "parallelism follows Spark's cores: one task per core, one Kafka reader per source partition",
-    "consumer.poll.timeout.ms": "Spark's Kafka source polls on its own schedule (trigger every 100 ms)",
+    "refresh.topics.enabled": "the stream's planner lists the source's topics every few seconds, so new topics and "
+                              "partitions join the next micro-batch; the flow DAG still syncs topics every "
+                              "refresh.topics.interval.seconds",
+    "tasks.max": "parallelism follows Spark's task slots: each micro-batch's partitions are cut into one set of "
+                 "ranges per slot",
+    "consumer.poll.timeout.ms": "the copier reads each micro-batch's ranges on its own schedule",
     "admin.timeout.ms": "admin calls wait at most 30 s each, and say which call timed out",
     "replication.policy.internal.topic.separator.enabled": "checkpoints and MM2 offset-syncs topic names always "
                                                            "use the replication policy's separator",
