@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.flow_state import STUCK_PAUSE_S, FlowState, PartitionSummary, Tombstone
 from mirrorflow.rules.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position
+from mirrorflow.rules.partition_report import PartitionReport
 
 TP = ("orders", 0)
 
@@ -147,9 +148,10 @@ def test_positions_written_by_tasks_the_driver_never_heard_from_are_adopted_only
     assert [r.anchor for r in records if isinstance(r, AnchorRecord)] == [Anchor(10, 10, barrier=True)]
 
 
-def test_a_summary_row_reads_minus_one_as_none() -> None:
-    row = {"topic": "orders", "partition": 0, "first_offset": None, "upstream_next": 5, "downstream_next": -1,
-           "first_upstream": None, "first_downstream": None, "last_upstream": None, "last_downstream": None,
-           "replay": True, "stuck": None, "aborted": False, "filtered": 2, "gap_begins": [1], "gap_ends": [3]}
-    s = PartitionSummary.of(row)
-    assert s.tp == TP and s.downstream_next is None and s.first is None and s.last is None and s.gaps == ((1, 3),)
+def test_a_task_report_becomes_the_state_s_summary_and_one_that_does_not_count_keeps_no_position() -> None:
+    report = PartitionReport("orders", 0, None, 0, 0, 0, 0, None, 2, 5, None, None, None, True, 0, None, None, 0,
+                             (), None, None, 0, None, None, False, gaps=((1, 3),))
+    s = PartitionSummary.of(report)
+    assert s.tp == TP and s.upstream_next == 5 and s.downstream_next is None and s.first is None
+    assert s.last is None and s.gaps == ((1, 3),) and s.filtered == 2 and s.replay
+    assert PartitionSummary.of(replace(report, upstream_next=None, stuck="timed out")).upstream_next == -1

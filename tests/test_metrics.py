@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import urllib.request
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from mirrorflow.rules import source_reads
+from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.status import metrics
 from mirrorflow.status.metrics import BOUNDS_MS, Distribution
 
 values = st.lists(st.integers(0, 400_000), min_size=1, max_size=300)
+
+
+def _report(**fields: Any) -> PartitionReport:
+    """A task's report of partition t-0 (rules/partition_report), its records written a millisecond old."""
+    base = PartitionReport("t", 0, 0, 0, 0, 0, 0, None, 0, None, None, None, None, False, 0, None, None, 0,
+                           (0,) * (len(BOUNDS_MS) + 1), 1, 1, fields.get("records", 0), 1, None, False)
+    return dataclasses.replace(base, **fields)
 
 
 @given(values, values)
@@ -42,11 +52,8 @@ def test_p99_is_an_upper_bound_within_one_bucket(vs: list[int]) -> None:
 
 def test_snapshot_and_prometheus_use_mm2_names_and_lag() -> None:
     fm = metrics.FlowMetrics("A->B", "A", "B")
-    row = {"topic": "t", "partition": 0, "records": 3, "bytes": 30, "skipped": 0, "refused": 1,
-           "upstream_next": 10, "last_timestamp": 1, "latency_sum": 30, "latency_min": 5, "latency_max": 15,
-           "latency_buckets": [0, 0, 0, 1, 1, 1] + [0] * (len(BOUNDS_MS) - 5), "age_sum": 3, "age_min": 1,
-           "age_max": 1}
-    fm.observe([row])
+    fm.observe([_report(records=3, bytes=30, refused=1, upstream_next=10, latency_sum=30, latency_min=5,
+                        latency_max=15, latency_buckets=(0, 0, 0, 1, 1, 1) + (0,) * (len(BOUNDS_MS) - 5))])
     fm.observe_source_ends({("t", 0): 25})
     snap = fm.snapshot()
     part = snap["partitions"][0]
@@ -107,9 +114,7 @@ def test_a_progress_line_is_due_when_the_stream_changes_state_not_when_records_k
     fm = metrics.FlowMetrics("a->b", "a", "b")
     fm.set_state("running")
     quiet = metrics.progress_shape(fm.snapshot())
-    fm.observe([{"topic": "t", "partition": 0, "records": 10, "bytes": 100, "skipped": 0, "refused": 0,
-                 "upstream_next": 10, "last_timestamp": 1, "latency_sum": 50, "latency_min": 5, "latency_max": 5,
-                 "latency_buckets": [0] * (len(BOUNDS_MS) + 1), "age_sum": 10, "age_min": 1, "age_max": 1}])
+    fm.observe([_report(records=10, bytes=100, upstream_next=10, latency_sum=50, latency_min=5, latency_max=5)])
     assert metrics.progress_shape(fm.snapshot()) == quiet  # more records, same state: no line of its own
     fm.set_state("stopped")
     assert metrics.progress_shape(fm.snapshot()) != quiet
@@ -146,10 +151,8 @@ def test_the_progress_line_shows_the_latency_of_the_last_minutes_not_of_the_driv
     slow = Distribution()
     slow.add(13_000)
     fm.recent.append((int(time.time() // 60) - metrics.RECENT_MINUTES, slow))  # a minute that has left the window
-    fm.observe([{"topic": "t", "partition": 0, "records": 2, "bytes": 20, "skipped": 0, "refused": 0,
-                 "upstream_next": 2, "last_timestamp": 1, "latency_sum": 80, "latency_min": 40, "latency_max": 40,
-                 "latency_buckets": [0] * 5 + [2] + [0] * (len(BOUNDS_MS) - 5), "age_sum": 2, "age_min": 1,
-                 "age_max": 1}])
+    fm.observe([_report(records=2, bytes=20, upstream_next=2, latency_sum=80, latency_min=40, latency_max=40,
+                        latency_buckets=(0,) * 5 + (2,) + (0,) * (len(BOUNDS_MS) - 5))])
     snap = fm.snapshot()
     assert snap["recent-latency-ms-p99"] == 40 and "p99 40 ms over the last 5 min" in metrics.progress_line(snap)
     assert "lag " not in metrics.progress_line(snap, with_lag=False)

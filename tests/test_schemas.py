@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from mirrorflow.jobs import audit
-from mirrorflow.spark import schemas, stream_writer
+from mirrorflow.spark import schemas
 
 
 def test_the_ddl_names_every_column_with_its_spark_type_in_order() -> None:
@@ -19,12 +19,6 @@ def test_the_ddl_names_every_column_with_its_spark_type_in_order() -> None:
 def test_an_arrow_type_spark_is_not_told_about_fails_at_once() -> None:
     with pytest.raises(TypeError, match="no Spark SQL type"):
         schemas.ddl(pa.schema([("at", pa.timestamp("ms"))]))
-
-
-def test_a_writer_tasks_summary_row_carries_exactly_the_summary_columns() -> None:
-    row = stream_writer._Summary(("orders", 3)).row()
-    assert list(row) == stream_writer.SUMMARY.names
-    pa.RecordBatch.from_pylist([row], schema=stream_writer.SUMMARY)  # and each value fits its column's type
 
 
 def test_an_audit_tally_row_carries_exactly_the_result_columns() -> None:

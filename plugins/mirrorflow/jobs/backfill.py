@@ -36,8 +36,9 @@ from mirrorflow.kafka import admin_sync, flow_lease
 from mirrorflow.kafka.flow_lease import FlowLease
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import batch_plan
-from mirrorflow.rules.anchors import Anchor, PartitionAnchors
+from mirrorflow.rules.anchors import PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
+from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.spark import copier, spark_session, stream_writer
 from mirrorflow.spark.stream_writer import WriterSpec
 
@@ -133,8 +134,8 @@ def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EV
             lifecycle.start(link, "backfill finished")
     partitions = tuple(PartitionBackfill(j.topic, j.partition, j.start, j.end, r.end,
                                          SEED if j.mirrored is None else REPAIR,
-                                         written.get((j.topic, j.partition), {}).get("records", 0),
-                                         written.get((j.topic, j.partition), {}).get("refused", 0))
+                                         w.records if (w := written.get((j.topic, j.partition))) else 0,
+                                         w.refused if w else 0)
                        for j, r in jobs)
     return BackfillReport(flow.name, _label(window, from_offsets), partitions, time.monotonic() - begun, resume)
 
@@ -181,7 +182,7 @@ class _Holding:
 
 
 def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
-           ) -> dict[tuple[str, int], dict[str, Any]]:
+           ) -> dict[tuple[str, int], PartitionReport]:
     """Write every source record of the jobs the target does not hold, with the stream's copier (one task per
     slot, no record through the JVM); the writer's summary per partition."""
     todo = [j for j in jobs if j.size > 0]
@@ -209,13 +210,13 @@ def _write(link: FlowLink, jobs: Sequence[SourceRange], spark: Any, master: str
         replay=True, exact_reports=True,
         unsynced=frozenset((j.topic, j.partition) for j in todo if j.mirrored is not None),
         copied={tp: tuple(c) for tp, c in copied.items() if tp in starts}, fenced=time.time_ns())
-    rows = (spark.sparkContext.range(len(slots), numSlices=len(slots))
-            .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect())
-    return {(r["topic"], r["partition"]): r for r in rows}
+    reports: list[PartitionReport] = (spark.sparkContext.range(len(slots), numSlices=len(slots))
+                                      .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect())
+    return {r.tp: r for r in reports}
 
 
 def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],
-                        written: Mapping[tuple[str, int], Mapping[str, Any]]) -> None:
+                        written: Mapping[tuple[str, int], PartitionReport]) -> None:
     """A seeded partition's position moves to its range's end: the stream starts there."""
     if not seeds:
         return
@@ -227,13 +228,12 @@ def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],
     for s in seeds:
         position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition)))
         producer.produce(syncs_topic, position.value(), position.key(), partition=0)
-        row = written.get((s.topic, s.partition))
-        if row is not None and row["first_downstream"] is not None:
+        report = written.get((s.topic, s.partition))
+        if report is not None and report.first is not None and report.last is not None:
             # The seed is the partition's first write: its origin, and a barrier (a retried task may repeat).
             store = PartitionAnchors(flow.number("mirrorflow.offset-syncs.anchors.max"),
                                      flow.number("mirrorflow.offset-syncs.anchors.spacing"))
-            store.record_batch(Anchor(row["first_upstream"], row["first_downstream"]),
-                               Anchor(row["last_upstream"], row["last_downstream"]), replay=True, fresh=True)
+            store.record_batch(report.first, report.last, replay=True, fresh=True)
             for slot, anchor in store.drain():
                 record = AnchorRecord(s.topic, s.partition, slot, anchor)
                 producer.produce(syncs_topic, record.value(), record.key(), partition=0)

@@ -66,6 +66,7 @@ from mirrorflow.rules import batch_plan, digests
 from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.flow_state import FlowState, PartitionSummary
 from mirrorflow.rules.offset_syncs import Position, Release, Writers
+from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.spark import copier, range_source, spark_session, stream_writer
 from mirrorflow.spark.stream_writer import WriterSpec
 from mirrorflow.status import metrics
@@ -520,23 +521,24 @@ class _Driver:
         try:
             if self.ending_query:  # _stop looked before this batch was running
                 stream_writer.end_linger(spec)
-            rows = (self.spark.sparkContext.range(len(slots), numSlices=len(slots))
-                    .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect()) if slots else []
+            rows: list[PartitionReport] = (
+                self.spark.sparkContext.range(len(slots), numSlices=len(slots))
+                .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect()) if slots else []
         finally:
             self.running_batch = None
             stream_writer.drop_seat_claims(spec)
         written = time.monotonic()
-        self.metrics.count_producer_inits(sum(r["producer_inits"] for r in rows))
-        self.metrics.count_consumer_inits(sum(r["consumer_inits"] for r in rows), sum(r["consumer_uses"] for r in rows))
+        self.metrics.count_producer_inits(sum(r.producer_inits for r in rows))
+        self.metrics.count_consumer_inits(sum(r.consumer_inits for r in rows), sum(r.consumer_uses for r in rows))
         for r in rows:
-            if r["topic"] in self.state.held:
-                self.metrics.hold(r["topic"], self.state.held[r["topic"]], r["filtered"])
-        rows = [r for r in rows if r["topic"] not in self.state.held]
+            if r.topic in self.state.held:
+                self.metrics.hold(r.topic, self.state.held[r.topic], r.filtered)
+        rows = [r for r in rows if r.topic not in self.state.held]
         summaries = [PartitionSummary.of(r) for r in rows]
         lost = self.topics.losses(ends, summaries, replicated, begins)
         moving, first_positions = self._settle_stuck(summaries, spec.paused)
         settled = {s.tp for s in moving}
-        rows = [r for r in rows if (r["topic"], r["partition"]) in settled]
+        rows = [r for r in rows if r.tp in settled]
         self.state.fold(moving)
         # Batches that held no visible record (markers, aborted ones) move on too, and so does a stuck partition
         # tried again whose batch held nothing visible (it is not paused again); before a prune drops any topic.
@@ -553,13 +555,12 @@ class _Driver:
         self.first_batch_of_query = False
         self.checkpoint.done(batch_id, ends)
         for r in rows:
-            if r["refused"] and not self.metrics.refused((r["topic"], r["partition"])):
+            if r.refused and not self.metrics.refused(r.tp):
                 log.warning("flow %s: %s-%d: %d record(s) refused from offset %d on: a provenance header says they "
                             "came from %s's topic %s, where they would be written (an active/active loop); every "
-                            "one is counted as refused (status, metrics, audit)", self.flow.name, r["topic"],
-                            r["partition"], r["refused"], r["first_refused"], self.flow.target,
-                            spec.remote[r["topic"]])
-        self.metrics.observe([r for r in rows if r["topic"] in flow_topics])
+                            "one is counted as refused (status, metrics, audit)", self.flow.name, r.topic,
+                            r.partition, r.refused, r.first_refused, self.flow.target, spec.remote[r.topic])
+        self.metrics.observe([r for r in rows if r.topic in flow_topics])
         self.metrics.observe_positions(self.state.upstream_next)
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)

@@ -12,6 +12,7 @@ from typing import Any
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import digests
 from mirrorflow.rules.offset_syncs import TopicPartition
+from mirrorflow.rules.partition_report import PartitionReport
 
 log = logging.getLogger(__name__)
 
@@ -26,21 +27,19 @@ class StreamDigests:
     def forget(self, topics: Iterable[str]) -> None:
         self.ledger.forget(set(topics))
 
-    def record(self, rows: list[dict[str, Any]], begins: Mapping[TopicPartition, int],
+    def record(self, reports: list[PartitionReport], begins: Mapping[TopicPartition, int],
                ends: Mapping[TopicPartition, int], quiet: Mapping[TopicPartition, int]) -> None:
-        """Fold in the batch's summary rows of partitions whose positions moved, and `quiet` ones (no record in
-        the batch, moved to its end); send what is due."""
+        """Fold in the batch's reports of partitions whose positions moved, and `quiet` ones (no record in the
+        batch, moved to its end); send what is due."""
         now = time.monotonic()
         units: list[digests.Unit] = []
-        for r in rows:
-            tp = (r["topic"], r["partition"])
-            begin = begins.get(tp, r["first_offset"])
-            if begin is None or r["stuck"] or r["aborted"]:
+        for r in reports:
+            begin = begins.get(r.tp, r.first_offset)
+            if begin is None or r.stuck or r.aborted:
                 continue
-            cells = [digests.CellDigest(*c) for c in zip(r["digest_cells"], r["digest_records"], r["digest_refused"],
-                                                         r["digest_xors"], r["digest_target_firsts"], strict=True)]
-            units += self.ledger.add(tp, begin, max(ends.get(tp, -1), r["upstream_next"]), cells, now)
-        written = {(r["topic"], r["partition"]) for r in rows}
+            end = max(ends.get(r.tp, -1), -1 if r.upstream_next is None else r.upstream_next)
+            units += self.ledger.add(r.tp, begin, end, list(r.digests), now)
+        written = {r.tp for r in reports}
         for tp, end in quiet.items():  # no record of the batch (or its trailing markers, covered above)
             if tp in begins and tp not in written:
                 units += self.ledger.add(tp, begins[tp], end, [], now)

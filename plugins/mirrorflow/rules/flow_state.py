@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from mirrorflow.rules import offset_syncs
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Incarnation, Loss, OffsetRun, Position, TopicPartition
+from mirrorflow.rules.partition_report import PartitionReport
 
 STUCK_PAUSE_S, STUCK_PAUSE_MAX_S = 30.0, 300.0  # a stuck partition's pause: doubles from the first to the last
 
@@ -57,8 +58,8 @@ class SyncsView(Protocol):
 
 @dataclass(frozen=True)
 class PartitionSummary:
-    """What a task reports of one source partition it copied, as far as the flow's state goes (stream_writer's
-    summary row has the metrics and digests too). -1 in the row: none."""
+    """What a task reports of one source partition it copied, as far as the flow's state goes (its report,
+    partition_report, has the metrics and digests too)."""
 
     tp: TopicPartition
     first_offset: int | None  # the first record read, None if none
@@ -73,15 +74,11 @@ class PartitionSummary:
     gaps: tuple[tuple[int, int], ...] = ()  # [begin, end) the source deleted while the task read
 
     @classmethod
-    def of(cls, row: Mapping[str, Any]) -> PartitionSummary:
-        """From a summary row (stream_writer.SUMMARY)."""
-        first = (Anchor(row["first_upstream"], row["first_downstream"]) if row["first_downstream"] is not None
-                 else None)
-        last = Anchor(row["last_upstream"], row["last_downstream"]) if row["last_downstream"] is not None else None
-        return cls((row["topic"], row["partition"]), row["first_offset"], row["upstream_next"],
-                   row["downstream_next"] if row["downstream_next"] >= 0 else None, first, last, row["replay"],
-                   row["stuck"], row["aborted"], row["filtered"],
-                   tuple(zip(row["gap_begins"], row["gap_ends"], strict=True)))
+    def of(cls, report: PartitionReport) -> PartitionSummary:
+        """From a task's report (partition_report); a report that does not count (T1) keeps no position."""
+        return cls(report.tp, report.first_offset, -1 if report.upstream_next is None else report.upstream_next,
+                   report.downstream_next, report.first, report.last, report.replay, report.stuck, report.aborted,
+                   report.filtered, report.gaps)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import gc
 import logging
 import time
@@ -52,11 +53,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from mirrorflow.errors import ConfigError, MirrorError
 from mirrorflow.rules import record_digest
 from mirrorflow.rules.batch_plan import Range
+from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, Slice, WriterSpec, mirror_runs, writer_seat
 
 log = logging.getLogger(__name__)
 
-STALL_S = 120.0  # as long as Spark's Kafka source waits for a poll (spark.network.timeout)
+STALL_S = 120.0  # how long a read may bring nothing before the task gives up (Spark's spark.network.timeout)
 _CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at once
 # consume() waits this long to fill its batch: a nearly-done range must not wait, and at a trickle each Slice's
 # cycle begins with this wait (10 ms of a 22 ms cycle at 5,000 records/s).
@@ -69,9 +71,8 @@ _OPEN = 2**63 - 1  # a lingering partition's end: none yet (C6)
 # trickle: at 50 ms the bench's p50 / p99 at 5,000 records/s were 67 / 120 ms.
 SLICE_S = 0.005
 # C6: a full batch's Slices at least this far apart: its records waited for a backlog already. Across a 50 ms link a
-# read finds less than it asks for at once whenever the link is slower than the copy, so a backlog was committed
-# every 50 ms: the bench's wan mode beside the target copied 93,760 records/s so in run D, 125,209 and 166,700 in
-# two runs since (run E; other runs before D: 126,981-169,722; see the README's Benchmark).
+# read finds less than it asks for at once whenever the link is slower than the copy, so without this floor a
+# backlog was committed every 50 ms, and the bench's wan mode beside the target copied at about half the rate.
 SLICE_BEHIND_S = 1.0
 _LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0  # new topics asked for one by one, more in one request for all
 
@@ -103,7 +104,7 @@ cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses r
 # reads each one, so an idle consumer of 600 partitions fetching every 25 ms kept the source broker 0.47 core busy.
 # The wait grows with the partitions so that an idle consumer asks for at most this many partition reads a second.
 IDLE_PARTITION_READS_PER_S = 2_400
-FETCH_WAIT_MS = (5, 500)  # the wait's bounds: at a trickle a fetch waits up to this long to fill (25 ms until 12/2026)
+FETCH_WAIT_MS = (5, 500)  # the wait's bounds: at a trickle a fetch waits up to this long to fill
 
 
 def fetch_wait_ms(partitions: int) -> int:
@@ -148,17 +149,18 @@ def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committe
             "isolation.level": "read_committed" if read_committed else "read_uncommitted"}
 
 
-def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable[int]) -> Iterator[dict[str, Any]]:
+def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable[int]) -> Iterator[PartitionReport]:
     """mapPartitions body over `sparkContext.range(len(slots))`, one slot index per task: copy that slot's ranges
     (a local stream's: the ranges of the writer seat the task's worker takes, stream_writer.writer_seat), then
-    yield the writer's summary rows (stream_writer.SUMMARY's columns). A Python RDD job, not a DataFrame one: no
-    plan to analyse and no Arrow between the JVM and the worker (a trivial job: 23 ms against 63 here)."""
+    yield the writer's reports (rules/partition_report), one per source partition. A Python RDD job, not a
+    DataFrame one: no plan to analyse and no Arrow between the JVM and the worker (a trivial job: 23 ms against 63
+    here)."""
     uses = dict(cache_stats)
     with _without_cycle_collection(), writer_seat(spec, len(slots), list(own)) as seats:
         summaries = list(mirror_runs(spec, _runs(spec, [r for seat in seats for r in slots[seat]])))
-    if summaries:  # the task's first row says whether it used its worker's consumer and whether it had to build it
-        summaries[0]["consumer_inits"] = cache_stats["misses"] - uses["misses"]
-        summaries[0]["consumer_uses"] = sum(cache_stats.values()) - sum(uses.values())
+    if summaries:  # the task's first report says whether it used its worker's consumer and whether it built it (T4)
+        summaries[0] = dataclasses.replace(summaries[0], consumer_inits=cache_stats["misses"] - uses["misses"],
+                                           consumer_uses=sum(cache_stats.values()) - sum(uses.values()))
     yield from summaries
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -44,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from mirrorflow.errors import ConfigError, MirrorError, OperationalError
@@ -53,29 +53,14 @@ from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, LeaseGuard, LeaseSu
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import batch_plan, digests, provenance
 from mirrorflow.rules.anchors import Anchor
+from mirrorflow.rules.digests import CellDigest
 from mirrorflow.rules.offset_syncs import Position
+from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
-# The summary row a task yields per source partition: its columns and their types.
-SUMMARY = pa.schema([
-    ("topic", pa.string()), ("partition", pa.int32()), ("first_offset", pa.int64()), ("records", pa.int64()),
-    ("bytes", pa.int64()), ("skipped", pa.int64()), ("refused", pa.int64()), ("first_refused", pa.int64()),
-    ("filtered", pa.int64()),
-    ("upstream_next", pa.int64()), ("downstream_next", pa.int64()), ("first_upstream", pa.int64()),
-    ("first_downstream", pa.int64()), ("last_upstream", pa.int64()), ("last_downstream", pa.int64()),
-    ("replay", pa.bool_()), ("syncs", pa.int64()),
-    ("latency_min", pa.int64()), ("latency_max", pa.int64()), ("latency_sum", pa.int64()),
-    ("latency_buckets", pa.list_(pa.int64())), ("age_min", pa.int64()), ("age_max", pa.int64()),
-    ("age_sum", pa.int64()), ("last_timestamp", pa.int64()), ("stuck", pa.string()), ("aborted", pa.bool_()),
-    ("producer_inits", pa.int64()), ("consumer_inits", pa.int64()), ("consumer_uses", pa.int64()),
-    ("digest_cells", pa.list_(pa.int64())), ("digest_records", pa.list_(pa.int64())),
-    ("digest_refused", pa.list_(pa.int64())), ("digest_xors", pa.list_(pa.int64())),
-    ("digest_target_firsts", pa.list_(pa.int64())), ("gap_begins", pa.list_(pa.int64())),
-    ("gap_ends", pa.list_(pa.int64())),
-])
 # Records the target did not take within DELIVERY_TIMEOUT_MS (librdkafka retried until then), or a transaction
 # the coordinator aborted (it outlived transaction.timeout.ms): the partition is stuck, not the flow broken.
 _STUCK = {KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -198,7 +183,7 @@ class Slice:
 
 
 def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap | Slice]]
-                ) -> Iterator[dict[str, Any]]:
+                ) -> Iterator[PartitionReport]:
     """Mirror a task's runs of records (a partition's runs in offset order), then yield one summary row per source
     partition."""
     writes: dict[TopicPartition, _PartitionWrite] = {}
@@ -233,11 +218,11 @@ def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | Pas
         if producer is not None and spec.transactional:
             rows = _settle_transaction(spec, producer, list(writes.values()), halted[0])
             if not kept:
-                rows[0]["producer_inits"] = 1
+                rows[0] = dataclasses.replace(rows[0], producer_inits=1)
         elif producer is not None:
             rows = _settle(spec, producer, list(writes.values()), syncs)
             if syncs and not syncs[0][1]:
-                rows[0]["producer_inits"] = 1
+                rows[0] = dataclasses.replace(rows[0], producer_inits=1)
     except LeaseSuperseded as exc:
         for p in (producer, *(s[0] for s in syncs)):
             if p is not None:
@@ -268,7 +253,7 @@ def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | Pas
 
 
 def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
-            syncs: list[tuple[Producer, bool]]) -> list[dict[str, Any]]:
+            syncs: list[tuple[Producer, bool]]) -> list[PartitionReport]:
     """Idempotent records: every write acknowledged (one flush for the task), then each partition's offset syncs
     recorded, unless the target did not take its records in time (stuck). With `spec.fence_syncs` (the stream, W4)
     the task's offset syncs commit in one transaction of the task slot's id (appended to `syncs`, with whether an
@@ -298,7 +283,7 @@ def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
     if syncs_producer is not producer:
         _confirm_lease(spec)
         syncs_producer.commit_transaction(60)
-    return [summary.row() for summary in summaries]
+    return [summary.report() for summary in summaries]
 
 
 def _commit_slice(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite]) -> None:
@@ -316,7 +301,7 @@ def _commit_slice(spec: WriterSpec, producer: Producer, writes: list[_PartitionW
 
 
 def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
-                        halted: bool) -> list[dict[str, Any]]:
+                        halted: bool) -> list[PartitionReport]:
     """Transactional: every write acknowledged, then the offset syncs added and the task's transaction committed.
     If the target did not take a partition's records in time, the transaction aborts: those partitions are stuck,
     the others aborted (written again at once by the driver). `halted`: the transaction failed while the task was
@@ -335,7 +320,7 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
         _confirm_lease(spec)
         try:
             producer.commit_transaction()  # flushes the syncs with the records
-            return [w.summary.row() for w in writes]
+            return [w.summary.report() for w in writes]
         except KafkaException as exc:
             if exc.args[0].code() not in _STUCK or not exc.args[0].txn_requires_abort():
                 raise
@@ -344,14 +329,15 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
             raise RuntimeError(f"flow {spec.flow}: {spec.target} did not commit a transaction in time: "
                                f"{exc.args[0].str()}") from None
     producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
-    return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).row() for w in writes]
+    return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).report() for w in writes]
 
 
 class _Summary:
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.records = self.bytes = self.skipped = self.refused = self.filtered = self.syncs = 0
-        self.upstream_next = self.downstream_next = -1
+        self.upstream_next: int | None = None  # partition_report T1
+        self.downstream_next: int | None = None
         self.first: tuple[int, int] | None = None  # (upstream, downstream) of the first and last mirrored record
         self.last: tuple[int, int] | None = None
         self.replay = False
@@ -359,7 +345,7 @@ class _Summary:
         self.first_offset: int | None = None  # the first source offset the batch read
         self.latency = metrics.Distribution()
         self.age = metrics.Distribution()
-        self.last_timestamp = -1
+        self.last_timestamp: int | None = None
         self.stuck: str | None = None  # why the target did not take the partition's records in time
         self.aborted = False  # transactional: rolled back with the task's transaction, for another partition
         self.cells: dict[int, list[int]] = {}  # cell -> [records, refused, xor] of the batch (digests.py)
@@ -369,31 +355,19 @@ class _Summary:
         self.target_firsts: dict[int, int] = {}  # cell -> the target offset of its first copy (set once settled)
         self.gaps: list[tuple[int, int]] = []  # [begin, end) deleted inside the ranges read (Gap)
 
-    def row(self) -> dict[str, Any]:
+    def report(self) -> PartitionReport:
         self.latency.add_many(self.latencies)
         self.latencies = []
-        first, last = self.first, self.last
-        cells = sorted(self.cells)
-        firsts = self.target_firsts
-        return {
-            "topic": self.tp[0], "partition": self.tp[1], "first_offset": self.first_offset,
-            "records": self.records, "bytes": self.bytes,
-            "skipped": self.skipped, "refused": self.refused, "first_refused": self.first_refused,
-            "filtered": self.filtered,
-            "upstream_next": self.upstream_next, "downstream_next": self.downstream_next,
-            "first_upstream": first[0] if first else None, "first_downstream": first[1] if first else None,
-            "last_upstream": last[0] if last else None, "last_downstream": last[1] if last else None,
-            "replay": self.replay, "syncs": self.syncs,
-            "latency_min": self.latency.minimum, "latency_max": self.latency.maximum,
-            "latency_sum": self.latency.total, "latency_buckets": self.latency.buckets,
-            "age_min": self.age.minimum, "age_max": self.age.maximum, "age_sum": self.age.total,
-            "last_timestamp": self.last_timestamp, "stuck": self.stuck, "aborted": self.aborted,
-            "producer_inits": 0, "consumer_inits": 0, "consumer_uses": 0,
-            "digest_cells": cells, "digest_records": [self.cells[c][0] for c in cells],
-            "digest_refused": [self.cells[c][1] for c in cells], "digest_xors": [self.cells[c][2] for c in cells],
-            "digest_target_firsts": [firsts.get(c) for c in cells],
-            "gap_begins": [b for b, _ in self.gaps], "gap_ends": [e for _, e in self.gaps],
-        }
+        first, last, latency, age, firsts = self.first, self.last, self.latency, self.age, self.target_firsts
+        return PartitionReport(
+            self.tp[0], self.tp[1], self.first_offset, self.records, self.bytes, self.skipped, self.refused,
+            self.first_refused, self.filtered, self.upstream_next, self.downstream_next,
+            Anchor(*first) if first else None, Anchor(*last) if last else None, self.replay, self.syncs,
+            latency.minimum if latency.count else None, latency.maximum if latency.count else None, latency.total,
+            tuple(latency.buckets), age.minimum if age.count else None, age.maximum if age.count else None,
+            age.total, self.last_timestamp, self.stuck, self.aborted,
+            tuple(CellDigest(c, n, refused, xor, firsts.get(c)) for c, (n, refused, xor) in sorted(self.cells.items())),
+            tuple(self.gaps))
 
     def digest(self, offsets: np.ndarray, record_digests: np.ndarray, refused: list[tuple[int, int]]) -> None:
         """Fold a run of the partition's records in; `refused`: (offset, digest) of those refused (not written)."""
@@ -409,7 +383,7 @@ class _Summary:
 
     def discard(self) -> None:
         """Nothing of the batch counts (its records are written again): no position, no mirrored record."""
-        self.upstream_next = self.downstream_next = -1
+        self.upstream_next = self.downstream_next = None
         self.first = self.last = None
         self.records = self.bytes = self.skipped = self.refused = 0
         self.first_refused = None
@@ -603,7 +577,7 @@ class _PartitionWrite:
 
     @property
     def has_syncs(self) -> bool:
-        return self.remote is not None and self.tp not in self.spec.unsynced and self.summary.upstream_next >= 0
+        return self.remote is not None and self.tp not in self.spec.unsynced and self.summary.upstream_next is not None
 
     def record_syncs(self, producer: Producer | None = None, whole: bool = True) -> None:
         """Once every record is acknowledged: the partition's position (transactional: in the task's transaction),
@@ -704,7 +678,7 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
     """`ends`: (upstream, downstream) of the first and the last record the task wrote, if any; `previous`: where
     the partition's next record was to land (its position's downstream_next, or -1); `whole`: the range was read
     to its end."""
-    if summary.upstream_next < 0:
+    if summary.upstream_next is None:
         return
     if whole:  # transaction markers and aborted records after the last visible record are read too
         summary.upstream_next = max(summary.upstream_next, spec.ends.get(tp, -1))
@@ -712,14 +686,13 @@ def _record_syncs(spec: WriterSpec, producer: Producer, tp: TopicPartition, summ
         # Not fatal, and before any offset sync moves backwards: the restarted query's first batch holds the topic.
         raise RuntimeError(f"flow {spec.flow}: {tp[0]}-{tp[1]}: copies landed at {ends[0][1]}, below the flow's next "
                            f"target offset {previous}: the remote topic was re-created or truncated")
-    summary.downstream_next = ends[1][1] + 1 if ends else previous
+    summary.downstream_next = ends[1][1] + 1 if ends else (previous if previous >= 0 else None)
     first = None
     if ends:
         summary.first, summary.last = ends
         summary.replay = spec.replay or _task_attempt() > 0
         first = first_anchor(ends[0], previous, summary.replay, spec.transactional)
-    position = Position(tp[0], tp[1], summary.upstream_next,
-                        summary.downstream_next if summary.downstream_next >= 0 else None, first)
+    position = Position(tp[0], tp[1], summary.upstream_next, summary.downstream_next, first)
     _produce(producer, spec.syncs_topic, 0, position.key(), position.value(), int(time.time() * 1000), None, delivered)
     summary.syncs = 1
 

@@ -34,6 +34,7 @@ import numpy as np
 from mirrorflow.model import paths
 from mirrorflow.model.config import Flow
 from mirrorflow.rules import source_reads
+from mirrorflow.rules.partition_report import PartitionReport
 
 BATCH_TIMES = 100  # micro-batches whose timings the metrics keep
 # Upper bounds (ms) of the latency and age histograms; the last bucket is open.
@@ -167,8 +168,8 @@ class FlowMetrics:
         self.recent: collections.deque[tuple[int, Distribution]] = collections.deque(maxlen=RECENT_MINUTES)
         self._lock = threading.Lock()
 
-    def observe(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Fold a batch's task summaries in."""
+    def observe(self, reports: Iterable[PartitionReport]) -> None:
+        """Fold a batch's task reports in."""
         now = time.time()
         with self._lock:
             self.batches += 1
@@ -177,20 +178,21 @@ class FlowMetrics:
             if not self.recent or self.recent[-1][0] != minute:
                 self.recent.append((minute, Distribution()))
             recent = self.recent[-1][1]
-            for r in rows:
-                recent.merge(r["records"], r["latency_sum"], r["latency_min"], r["latency_max"], r["latency_buckets"])
-                m = self.partitions.setdefault((r["topic"], r["partition"]), PartitionMetrics())
-                m.records += r["records"]
-                m.bytes += r["bytes"]
-                m.skipped += r["skipped"]
-                m.refused += r["refused"]
-                if r["upstream_next"] >= 0:  # the summary row's -1: the task read nothing of it
-                    m.upstream_next = max(m.upstream_next or 0, r["upstream_next"])
-                if r["last_timestamp"] >= 0:
-                    m.last_timestamp = r["last_timestamp"]
-                m.latency.merge(r["records"], r["latency_sum"], r["latency_min"], r["latency_max"],
-                                r["latency_buckets"])
-                m.age.merge(r["records"], r["age_sum"], r["age_min"], r["age_max"], ())
+            for r in reports:
+                m = self.partitions.setdefault(r.tp, PartitionMetrics())
+                m.records += r.records
+                m.bytes += r.bytes
+                m.skipped += r.skipped
+                m.refused += r.refused
+                if r.upstream_next is not None:
+                    m.upstream_next = max(m.upstream_next or 0, r.upstream_next)
+                if r.last_timestamp is not None:
+                    m.last_timestamp = r.last_timestamp
+                if r.latency_min is not None and r.latency_max is not None:
+                    recent.merge(r.records, r.latency_sum, r.latency_min, r.latency_max, r.latency_buckets)
+                    m.latency.merge(r.records, r.latency_sum, r.latency_min, r.latency_max, r.latency_buckets)
+                if r.age_min is not None and r.age_max is not None:
+                    m.age.merge(r.records, r.age_sum, r.age_min, r.age_max, ())
             for m in self.partitions.values():
                 m.window.append((now, m.records, m.bytes))
 
