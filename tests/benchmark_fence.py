@@ -25,8 +25,8 @@ def main() -> None:
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-fence-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     from mirrorflow.dev import local
+    from mirrorflow.kafka.writers import fence, partition_transactional_id
     from mirrorflow.model import config
-    from mirrorflow.spark.stream_writer import fence, partition_transactional_id
 
     cfg = config.from_text(f"clusters = eos\neos.bootstrap.servers = 127.0.0.1:{PORT}\n", source="bench")
     local.up(cfg)

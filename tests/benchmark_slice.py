@@ -36,8 +36,8 @@ def main() -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
     from mirrorflow.dev import local
+    from mirrorflow.kafka.writers import writer_config as producer_config
     from mirrorflow.model import config
-    from mirrorflow.spark.stream_writer import producer_config
 
     cfg = config.from_text(f"clusters = t\nt.bootstrap.servers = {BROKER}\n", source="benchmark_slice")
     local.up(cfg)

@@ -83,18 +83,6 @@ def test_without_spacing_every_batch_adds_an_anchor_until_the_bound_then_about_o
     assert gaps[-1] <= 100 and gaps[0] > 10_000  # dense near the head, sparse far behind
 
 
-def test_a_batch_first_copy_is_a_barrier_after_a_replay_or_where_another_writer_landed_in_between() -> None:
-    from mirrorflow.spark.stream_writer import first_anchor
-
-    assert first_anchor((10, 10), -1, False, False) == Anchor(10, 10, barrier=False, origin=True)
-    assert first_anchor((10, 10), 10, False, False) == Anchor(10, 10, barrier=False, origin=False)
-    assert first_anchor((10, 10), 10, True, False).barrier  # a replay
-    # Idempotent: copies 10..14 of a fenced writer's late request landed where this batch's first was to go.
-    assert first_anchor((10, 15), 10, False, False).barrier
-    # Transactional: the last batch's commit marker sits at 10, so the first copy at 11 is no sign of another writer.
-    assert not first_anchor((10, 11), 10, False, True).barrier
-
-
 def test_every_prefix_of_a_prunes_writes_leaves_no_bracket_across_a_replay() -> None:
     """A kill -9 part way through the driver's anchor writes (invariant W): the prune's tombstones go oldest first,
     so the store never keeps an anchor before a replay's barrier and one after it without the barrier."""

@@ -12,11 +12,12 @@ from collections.abc import Callable, Iterator
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from mirrorflow.kafka import writers
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.rules.batch_plan import Range
-from mirrorflow.spark import copier, stream_writer
-from mirrorflow.spark.stream_writer import Gap, Run, Slice, WriterSpec
+from mirrorflow.spark import copier, stream_writer, writer_producers
+from mirrorflow.spark.writer_spec import Gap, Run, Slice, WriterSpec
 from support.clusters import PORTS
 from support.streams import QUIET, create_topic
 
@@ -131,21 +132,21 @@ def test_a_linger_the_driver_ends_early_ends_where_the_partition_got_to_long_bef
         for _, part in copier._runs(lingering, [Range("copier.ended", 0, 0, 10)]):
             if isinstance(part, Run):
                 read += part.offsets
-            if len(read) == 30 and not stream_writer.end_linger(lingering):  # told once it has read what there is
+            if len(read) == 30 and not writer_producers.end_linger(lingering):  # told once it has read what there is
                 pytest.fail("a local batch's linger can be ended")
     finally:
-        stream_writer.drop_seat_claims(lingering)
+        writer_producers.drop_seat_claims(lingering)
     assert read == list(range(30))  # past its range's end (C6), up to where it got to
     assert time.monotonic() - began < 30  # not the 120 s deadline
     # Ended before a task starts: the task reads its range to its end and no further (C1).
     ended = dataclasses.replace(lingering, batch_key=f"copier-{uuid.uuid4().hex}")
-    assert stream_writer.end_linger(ended)
+    assert writer_producers.end_linger(ended)
     try:
         began = time.monotonic()
         read = [o for _, r in copier._runs(ended, [Range("copier.ended", 0, 0, 10)])
                 if isinstance(r, Run) for o in r.offsets]
     finally:
-        stream_writer.drop_seat_claims(ended)
+        writer_producers.drop_seat_claims(ended)
     assert read == list(range(10)) and time.monotonic() - began < 30
 
 
@@ -267,7 +268,7 @@ def test_a_full_queue_of_partly_filled_lingering_batches_is_sent_at_once_not_aft
     """A transactional writer lingers 1 s. Over many partitions its queue can fill with batches none of which is
     full yet: the writer flushes them then instead of waiting out the linger with the queue full."""
     create_topic(ALPHA, "writer.lingering", 12)
-    p = Producer({**stream_writer.producer_config({"bootstrap.servers": ALPHA}, f"writer-test-{uuid.uuid4().hex}"),
+    p = Producer({**writers.writer_config({"bootstrap.servers": ALPHA}, f"writer-test-{uuid.uuid4().hex}"),
                   "queue.buffering.max.messages": 12, **QUIET})
     p.init_transactions(30)
     p.begin_transaction()

@@ -107,7 +107,7 @@ def test_partitions_whose_batch_held_nothing_visible_move_to_its_end_but_paused_
     quiet, released = state.move_quiet({TP: 12, ("orders", 1): 8, ("internal", 0): 3}, {"orders"},
                                        frozenset({("orders", 1)}))
     assert quiet == [Position("orders", 0, 12, 110)] and released == []
-    assert state.position(TP) == 12 and state.position(("orders", 1)) == 0 and state.position(("internal", 0)) < 0
+    assert state.position(TP) == 12 and state.position(("orders", 1)) == 0 and state.position(("internal", 0)) is None
 
 
 def test_a_replayed_batch_finding_the_same_gap_records_no_second_loss() -> None:
@@ -154,4 +154,8 @@ def test_a_task_report_becomes_the_state_s_summary_and_one_that_does_not_count_k
     s = PartitionSummary.of(report)
     assert s.tp == TP and s.upstream_next == 5 and s.downstream_next is None and s.first is None
     assert s.last is None and s.gaps == ((1, 3),) and s.filtered == 2 and s.replay
-    assert PartitionSummary.of(replace(report, upstream_next=None, stuck="timed out")).upstream_next == -1
+    uncounted = PartitionSummary.of(replace(report, upstream_next=None))
+    assert uncounted.upstream_next is None
+    state = FlowState(anchor_limit=8, anchor_spacing=0)
+    state.fold([uncounted])
+    assert state.position(TP) is None and TP not in state.upstream_next

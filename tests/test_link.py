@@ -7,7 +7,7 @@ import pytest
 from mirrorflow.errors import ConfigError
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
-from mirrorflow.spark.stream_writer import WriterSpec
+from mirrorflow.spark.writer_spec import WriterSpec
 
 TEXT = """clusters = east, west
 east.bootstrap.servers = e:9092

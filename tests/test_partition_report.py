@@ -9,11 +9,11 @@ import numpy as np
 from mirrorflow.rules import digests
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.digests import CellDigest
-from mirrorflow.spark import stream_writer
+from mirrorflow.spark.partition_tally import PartitionTally
 
 
 def test_a_partition_the_task_wrote_nothing_of_is_reported_with_none_for_none() -> None:
-    report = stream_writer._Summary(("orders", 3)).report()
+    report = PartitionTally(("orders", 3)).report()
     assert report.tp == ("orders", 3) and report.records == 0
     assert None is report.upstream_next is report.downstream_next is report.first is report.last
     assert None is report.latency_min is report.latency_max is report.age_min is report.last_timestamp
@@ -21,7 +21,7 @@ def test_a_partition_the_task_wrote_nothing_of_is_reported_with_none_for_none() 
 
 
 def test_a_report_names_its_copies_cells_and_gaps_and_crosses_to_the_driver_whole() -> None:
-    summary = stream_writer._Summary(("orders", 3))
+    summary = PartitionTally(("orders", 3))
     offsets = np.arange(digests.CELL - 2, digests.CELL + 3, dtype=np.int64)
     summary.digest(offsets, np.arange(1, 6, dtype=np.int64), refused=[(int(offsets[-1]), 5)])
     summary.first, summary.last, summary.upstream_next, summary.downstream_next = (10, 0), (14, 3), 15, 4

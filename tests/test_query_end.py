@@ -3,9 +3,8 @@ JVM inside its exception): no Spark needed to tell them apart."""
 
 from __future__ import annotations
 
-from mirrorflow.errors import FATAL
+from mirrorflow.errors import FATAL, RECREATED
 from mirrorflow.jobs.query_end import QueryEnd, query_end
-from mirrorflow.jobs.topic_changes import RECREATED
 
 
 def test_a_fatal_error_inside_sparks_exception_ends_the_flow_with_its_own_line() -> None:

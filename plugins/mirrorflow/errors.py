@@ -6,16 +6,21 @@
      │    └── PlaceholderError      a ${provider:...} placeholder names nothing that exists
      └── OperationalError           something outside is wrong: retry or repair it (exit code 1)
           ├── LocalClusterError     the embedded local clusters could not be run
-          └── MirrorError           a Spark task met a failure retrying cannot fix: the flow stops
+          ├── RetryableError        a task or query failed on what its next attempt may not meet: Spark retries
+          │                         the task, the driver restarts the query (with its backoff)
+          ├── TopicsRecreated       source topics were deleted and created again: a new Spark checkpoint, then on
+          └── MirrorError           a failure retrying cannot fix: the flow stops with this message
 
 A user's regex (topics, groups, their excludes) that cannot be read as Java's raises ConfigError, like any other
-bad input. MirrorError crosses from a Python worker to the driver as text: its message starts with FATAL, which the
-driver looks for in Spark's error (`stream.fatal_line`).
+bad input. From a Python worker or a batch to the driver an error crosses Spark's JVM as text: a MirrorError's
+message starts with FATAL and a TopicsRecreated's with RECREATED, the two markers the driver looks for in Spark's
+error (jobs/query_end); anything else is retried.
 """
 
 from __future__ import annotations
 
 FATAL = "mirrorflow-fatal: "
+RECREATED = "mirrorflow-recreated: "
 
 
 class MirrorflowError(Exception):
@@ -63,7 +68,19 @@ class LocalClusterError(OperationalError):
 
 
 class MirrorError(OperationalError):
-    """A task failure that retrying cannot fix; the driver stops the flow with this message."""
+    """A failure (a task's or the driver's) that retrying cannot fix; the driver stops the flow with this message."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message if message.startswith(FATAL) else FATAL + message)
+
+
+class RetryableError(OperationalError):
+    """A task or query failure its next attempt may not meet (a lost lease, an aborted transaction, a partition the
+    target does not know yet): not fatal, the query restarts."""
+
+
+class TopicsRecreated(OperationalError):
+    """A batch found source topics deleted and created again: the driver starts a new Spark checkpoint."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message if message.startswith(RECREATED) else RECREATED + message)

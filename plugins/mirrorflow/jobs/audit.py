@@ -288,7 +288,7 @@ def _digest_pass(spark: Any, link: FlowLink, planned: Sequence[SourceRange],
             continue
         floors = [u.target_first for u in good if u.target_first is not None]
         # No copy of a record after a proven unit lies below that unit's first copy (batches write in order).
-        floor = max(r.target_floor, floors[-1]) if floors and r.target_floor >= 0 else r.target_floor
+        floor = max(r.target_floor, floors[-1]) if floors and r.target_floor is not None else r.target_floor
         walked.append(replace(r, start=min(max(good[-1].next, r.start), r.end), target_floor=floor))
     return proven, walked
 
@@ -301,7 +301,7 @@ def _unit_copies(spark: Any, link: FlowLink, planned: Sequence[SourceRange],
     for r in planned:
         run = chains.get((r.topic, r.partition))
         known = [u.target_first for u in run or () if u.target_first is not None]
-        if run and r.target_floor >= 0:
+        if run and r.target_floor is not None:
             floors[(r.remote, r.partition)] = min([r.target_floor, *known]) if known else r.target_floor
     if not floors:
         return {}
@@ -395,7 +395,7 @@ def target_copies(spark: Any, link: FlowLink, planned: Sequence[SourceRange]) ->
     """
     floors: dict[tuple[str, int], int] = {}
     for r in planned:
-        if r.target_floor >= 0 and r.size > 0:
+        if r.target_floor is not None and r.size > 0:
             key = (r.remote, r.partition)
             floors[key] = min(floors.get(key, r.target_floor), r.target_floor)
     if not floors:

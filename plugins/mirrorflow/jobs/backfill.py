@@ -32,15 +32,15 @@ from confluent_kafka.admin import OffsetSpec
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.jobs import audit, lifecycle, ranges
 from mirrorflow.jobs.ranges import SourceRange, Window
-from mirrorflow.kafka import admin_sync, flow_lease
+from mirrorflow.kafka import admin_sync, flow_lease, writers
 from mirrorflow.kafka.flow_lease import FlowLease
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import batch_plan
 from mirrorflow.rules.anchors import PartitionAnchors
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
 from mirrorflow.rules.partition_report import PartitionReport
-from mirrorflow.spark import copier, spark_session, stream_writer
-from mirrorflow.spark.stream_writer import WriterSpec
+from mirrorflow.spark import copier, spark_session
+from mirrorflow.spark.writer_spec import WriterSpec
 
 log = logging.getLogger(__name__)
 SEED, REPAIR = "seed", "repair"
@@ -109,7 +109,7 @@ def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EV
     if from_offsets is None and window.from_ms is None:
         raise ConfigError("backfill needs where to start: start offsets or a from time")
     # The stream's copier and writer: what they refuse, refused before anything is paused or written.
-    stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
+    writers.check_tuning(link.settings("target", "producer"), link.target.alias)
     copier.check_consumer_tuning(link.settings("source", "consumer"), link.source.alias)
     link.ensure_syncs_topic()
     begun = time.monotonic()
@@ -224,7 +224,7 @@ def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],
     counts, _ = admin_sync.partition_counts(admin, target.alias)  # remote topics may be new since the plan
     remote = [(s.remote, s.partition) for s in seeds if s.partition < counts.get(s.remote, 0)]
     ends = admin_sync.offsets(admin, target.alias, remote, OffsetSpec.latest())  # type: ignore[no-untyped-call]
-    producer = link.target_producer(**{"acks": "all", "enable.idempotence": True})
+    producer = link.durable_producer()
     for s in seeds:
         position = Position(s.topic, s.partition, s.end, ends.get((s.remote, s.partition)))
         producer.produce(syncs_topic, position.value(), position.key(), partition=0)

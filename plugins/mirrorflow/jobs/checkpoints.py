@@ -436,7 +436,7 @@ def _write(offsets: GroupOffsets, topic: str, changed: Sequence[tuple[GroupCheck
            read_at: float) -> None:
     if not changed:
         return
-    producer = offsets.link.target_producer(**{"acks": "all", "enable.idempotence": True})
+    producer = offsets.link.durable_producer()
     failures: list[str] = []
 
     def acked(result: GroupCheckpoints, key: TopicPartitionKey) -> Any:

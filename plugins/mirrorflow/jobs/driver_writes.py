@@ -13,11 +13,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from mirrorflow.errors import FATAL, OperationalError
-from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard, LeaseSuperseded
+from mirrorflow.errors import MirrorError, OperationalError
+from mirrorflow.kafka.flow_lease import FlowLease, LeaseGuard, LeaseSuperseded
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules.flow_state import SyncRecord
-from mirrorflow.spark import stream_writer
 
 SYNCS_PER_TRANSACTION = 50_000  # below librdkafka's queue of 100,000 messages
 
@@ -36,7 +35,7 @@ class DriverWrites:
         try:
             LeaseGuard.confirm(self.link.name, lease.member_id, self.link.settings("target", "admin"), lease.own_ids)
         except LeaseSuperseded as exc:
-            raise OperationalError(f"{FATAL}{exc}; this instance stops") from None
+            raise MirrorError(f"{exc}; this instance stops") from None
 
     def take_over(self) -> None:
         """With the lease just held: initialise the driver's id afresh (D2: the previous driver writes no more)."""
@@ -72,8 +71,8 @@ class DriverWrites:
                 raise
             err = exc.args[0]
             if err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
-                raise OperationalError(f"{FATAL}flow {flow}: fenced: another instance initialised the flow's driver "
-                                       f"id on {target}: {err.str()}") from None
+                raise MirrorError(f"flow {flow}: fenced: another instance initialised the flow's driver id on "
+                                  f"{target}: {err.str()}") from None
             raise OperationalError(f"flow {flow}: offset syncs not committed on {target}: {err.str()}") from None
 
     def _open(self) -> Producer:
@@ -81,10 +80,7 @@ class DriverWrites:
         if self._producer is None:
             self.confirm_lease()
             flow = self.link.flow
-            producer = self.link.target_producer(**{
-                "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-                "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
-                "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
+            producer = self.link.driver_producer()
             try:
                 producer.init_transactions(60)
             except KafkaException as exc:

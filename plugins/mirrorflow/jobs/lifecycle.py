@@ -89,7 +89,7 @@ def request(link: FlowLink, state: str, reason: str) -> Requested:
     flow = link.flow
     _ensure_states_topic(link)
     wanted = Requested(flow.name, state, reason, int(time.time() * 1000))
-    producer = link.target_producer(**{"acks": "all", "enable.idempotence": True})
+    producer = link.durable_producer()
     producer.produce(STATES_TOPIC, wanted.value(), wanted.key(), partition=0)
     if producer.flush(admin_sync.TIMEOUT_S) > 0:
         raise OperationalError(f"cannot record flow {flow.name} as {state} on {flow.target}: "

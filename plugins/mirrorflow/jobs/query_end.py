@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mirrorflow.errors import FATAL
-from mirrorflow.jobs.topic_changes import RECREATED
+from mirrorflow.errors import FATAL, RECREATED
 
 
 @dataclass(frozen=True)
@@ -21,7 +20,7 @@ class QueryEnd:
 
 def query_end(error: str) -> QueryEnd:
     """A failed query's end, from its error's text: the markers of a fatal error (errors.FATAL) and of re-created
-    source topics (topic_changes.RECREATED) cross Spark's JVM as text inside its exception."""
+    source topics (errors.RECREATED) cross Spark's JVM as text inside its exception."""
     at = error.find(FATAL)
     if at >= 0:
         return QueryEnd("fatal", error[at + len(FATAL):].splitlines()[0].strip())

@@ -65,8 +65,8 @@ class SourceRange:
     end: int  # exclusive
     remote: str
     mirrored: int | None  # the flow has read the partition up to here (exclusive); None: never
-    # No copy of a record in the range lies below this offset of the remote partition; -1: no such partition.
-    target_floor: int
+    # No copy of a record in the range lies below this offset of the remote partition; None: no such partition.
+    target_floor: int | None
     lost: int = 0  # records the source deleted before the flow read them, as the flow recorded them
     lost_ranges: tuple[tuple[int, int], ...] = ()  # the newest of them, [first, end)
 
@@ -162,7 +162,7 @@ def plan(link: FlowLink, *, topics: str | None = None, window: Window = EVERYTHI
             floor = floors[(remote[t], p)]
             translated = (translation.target_offset(syncs, start, records.partition(remote[t], t, p)).offset
                           if syncs.anchors else None)
-            if floor >= 0 and translated is not None:
+            if floor is not None and translated is not None:
                 floor = translated if window.from_ms is None else min(floor, translated)
             loss = syncs_state.losses.get((t, p))
             out.append(SourceRange(t, p, start, end, remote[t], position.upstream_next if position else None, floor,
@@ -211,11 +211,12 @@ def _at_time(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int
 
 
 def _target_floors(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]],
-                   from_ms: int | None) -> dict[tuple[str, int], int]:
-    """The target's start of each remote partition, or its first record at or after `from_ms`; -1 if it is missing."""
+                   from_ms: int | None) -> dict[tuple[str, int], int | None]:
+    """The target's start of each remote partition, or its first record at or after `from_ms`; None if it is
+    missing."""
     counts, _ = admin_sync.partition_counts(admin, alias)
     present = [(t, p) for t, p in partitions if p < counts.get(t, 0)]
-    floors = {tp: -1 for tp in partitions}
+    floors: dict[tuple[str, int], int | None] = {tp: None for tp in partitions}
     starts = admin_sync.offsets(admin, alias, present, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     floors.update(starts)
     if from_ms is not None:

@@ -22,12 +22,11 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import ConfigError, OperationalError
-from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.kafka import admin_sync, offset_sync_log, writers
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease, LeaseGuard
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position, Release, Reset
-from mirrorflow.spark import stream_writer
 
 log = logging.getLogger(__name__)
 EARLIEST, LATEST = "earliest", "latest"
@@ -79,10 +78,7 @@ def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | Non
     lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
     try:
         # In transactions of the stream driver's id: initialising it fences a frozen stream's driver (W4).
-        producer = link.target_producer(**{
-            "acks": "all", "enable.idempotence": True, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
-            "transactional.id": stream_writer.driver_transactional_id(flow.source, flow.target),
-            "transaction.timeout.ms": stream_writer.TRANSACTION_TIMEOUT_MS})
+        producer = link.driver_producer()
         syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
         clean = syncs.release is not None
         lease.wait_out_previous_writer(clean)  # a stream that did not stop cleanly: its last writes land or expire
@@ -104,9 +100,8 @@ def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | Non
                 return lease.keep()
 
             _confirm(lease, link)
-            stream_writer.fence(flow.name, flow.target, link.settings("target", "producer"),
-                                [stream_writer.transactional_id(flow.source, flow.target, i) for i in range(slots)],
-                                still_held)
+            writers.fence(flow.name, flow.target, link.settings("target", "producer"),
+                          [writers.transactional_id(flow.source, flow.target, i) for i in range(slots)], still_held)
             syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
         positions = syncs.positions
         remote_gone = _remote_gone(link, topic, counts[topic], syncs)

@@ -56,7 +56,7 @@ from mirrorflow.jobs.stream_checkpoint import StreamCheckpoint
 from mirrorflow.jobs.stream_digests import StreamDigests
 from mirrorflow.jobs.stream_progress import StreamProgress
 from mirrorflow.jobs.topic_changes import TopicChanges
-from mirrorflow.kafka import admin_sync, offset_sync_log
+from mirrorflow.kafka import admin_sync, offset_sync_log, writers
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
@@ -67,8 +67,8 @@ from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.flow_state import FlowState, PartitionSummary
 from mirrorflow.rules.offset_syncs import Position, Release, Writers
 from mirrorflow.rules.partition_report import PartitionReport
-from mirrorflow.spark import copier, range_source, spark_session, stream_writer
-from mirrorflow.spark.stream_writer import WriterSpec
+from mirrorflow.spark import copier, range_source, spark_session, writer_producers
+from mirrorflow.spark.writer_spec import WriterSpec
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class _Driver:
                                            self.flow.name)
         self.pattern = selection.subscription_pattern(self.flow)
         self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
-        stream_writer.check_producer_tuning(link.settings("target", "producer"), link.target.alias)
+        writers.check_tuning(link.settings("target", "producer"), link.target.alias)
         copier.check_consumer_tuning(link.settings("source", "consumer"), link.source.alias)
         # Bounded (flow_state F2): `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
         self.state = FlowState(self.flow.number("mirrorflow.offset-syncs.anchors.max"),
@@ -212,11 +212,11 @@ class _Driver:
         done). Only under a confirmed lease (W1): a zombie that initialised the ids would fence the owner."""
         self.writes.confirm_lease()
         slots = max(self.writer_slots or 0, self._task_slots())
-        ids = [stream_writer.transactional_id(self.flow.source, self.flow.target, i) for i in range(slots)]
+        ids = [writers.transactional_id(self.flow.source, self.flow.target, i) for i in range(slots)]
         if upgraded:
-            ids += [stream_writer.partition_transactional_id(self.flow.source, self.flow.target, tp)
+            ids += [writers.partition_transactional_id(self.flow.source, self.flow.target, tp)
                     for tp in self._source_partitions()]
-        stream_writer.fence(self.flow.name, self.flow.target, self.link.settings("target", "producer"), ids,
+        writers.fence(self.flow.name, self.flow.target, self.link.settings("target", "producer"), ids,
                             self.lease.keep if self.lease is not None else lambda: True)
         self.fenced = time.time_ns()
         if slots != self.writer_slots:
@@ -243,7 +243,8 @@ class _Driver:
                                                           time.gmtime(syncs.reset.at_ms / 1000)))
             self.checkpoint.mark_reset(syncs.reset.at_ms)
         behind = sorted(tp for tp, end in self.checkpoint.committed_ends().items()
-                        if 0 <= self.state.position(tp) < end and selection.replicates(self.flow, tp[0]))
+                        if (at := self.state.position(tp)) is not None and at < end
+                        and selection.replicates(self.flow, tp[0]))
         if behind:  # a topic held by the last run (its batches passed over it), or a checkpoint from elsewhere
             self.checkpoint.replace()
             log.warning("flow %s: the Spark checkpoint is past the offset syncs' positions of %d partition(s) (e.g. "
@@ -404,7 +405,7 @@ class _Driver:
         self.ending_query = True
         running = self.running_batch
         # With no batch running yet, one about to start sees `ending_query` (a local master) or lingers its full time.
-        told = self._local_master() if running is None else stream_writer.end_linger(running)
+        told = self._local_master() if running is None else writer_producers.end_linger(running)
         wait_s = STOP_WAIT_S + (0 if told else self.settings.linger_ms / 1000)
         deadline = time.monotonic() + wait_s
         try:
@@ -520,13 +521,13 @@ class _Driver:
         self.running_batch = spec
         try:
             if self.ending_query:  # _stop looked before this batch was running
-                stream_writer.end_linger(spec)
+                writer_producers.end_linger(spec)
             rows: list[PartitionReport] = (
                 self.spark.sparkContext.range(len(slots), numSlices=len(slots))
                 .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect()) if slots else []
         finally:
             self.running_batch = None
-            stream_writer.drop_seat_claims(spec)
+            writer_producers.drop_seat_claims(spec)
         written = time.monotonic()
         self.metrics.count_producer_inits(sum(r.producer_inits for r in rows))
         self.metrics.count_consumer_inits(sum(r.consumer_inits for r in rows), sum(r.consumer_uses for r in rows))
@@ -579,7 +580,7 @@ class _Driver:
         for tp, why, pause in settled.newly_stuck:
             self.metrics.observe_stuck(tp, why, 0)
             log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
-                        "at offset %d, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
+                        "at offset %s, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
                         self.flow.target, DELIVERY_TIMEOUT_MS / 1000, why, self.state.position(tp), pause)
         if settled.aborted:
             log.info("flow %s: %d partition(s) aborted with the transaction of a stuck one (they shared its task); "

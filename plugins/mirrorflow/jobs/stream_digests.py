@@ -56,8 +56,7 @@ class StreamDigests:
         if not units:
             return
         if self.producer is None:
-            self.producer = self.link.target_producer(**{
-                "acks": "all", "enable.idempotence": True, "linger.ms": 100, "compression.type": "lz4"})
+            self.producer = self.link.durable_producer(**{"linger.ms": 100, "compression.type": "lz4"})
         for u in units:
             key, value = u.encode()
             self.producer.produce(self.link.digests_topic, value, key)

@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import OffsetSpec
 
-from mirrorflow.errors import FATAL, OperationalError
+from mirrorflow.errors import MirrorError, OperationalError, TopicsRecreated
 from mirrorflow.jobs.driver_writes import DriverWrites
 from mirrorflow.kafka import admin_sync
 from mirrorflow.kafka.link import FlowLink
@@ -26,7 +26,6 @@ from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 
-RECREATED = "mirrorflow-recreated: "  # a batch found re-created source topics: new Spark checkpoint, then go on
 
 
 class TopicChanges:
@@ -49,7 +48,7 @@ class TopicChanges:
     def prepare_batch(self, ends: Mapping[tuple[str, int], int]) -> tuple[set[str], dict[str, int]]:
         """Before a batch writes: the flow's topics among its partitions (held ones included: their partitions are
         still the flow's), and those it writes with their partition counts, their remote topics created or grown
-        and checked. Raises (RECREATED) when a source topic was re-created."""
+        and checked. Raises TopicsRecreated when a source topic was re-created."""
         counts: dict[str, int] = {}
         for topic, partition in ends:
             counts[topic] = max(counts.get(topic, 0), partition + 1)
@@ -188,10 +187,10 @@ class TopicChanges:
         else:
             looked = {t for t in replicated if t not in self.state.incarnations}
             looked |= {tp[0] for tp, end in ends.items()
-                       if tp[0] in replicated and end < self.state.position(tp)}
+                       if tp[0] in replicated and end < (self.state.position(tp) or 0)}
         recreated = self.incarnations(looked)
         if recreated:
-            raise OperationalError(f"{RECREATED}source topic(s) {', '.join(sorted(recreated))} re-created")
+            raise TopicsRecreated(f"source topic(s) {', '.join(sorted(recreated))} re-created")
 
     def refuse_loss(self, ends: Mapping[tuple[str, int], int], replicated: Mapping[str, int],
                      begins: Mapping[tuple[str, int], int]) -> None:
@@ -210,7 +209,7 @@ class TopicChanges:
     def _fail_on_loss(self, tp: tuple[str, int], position: int, end: int) -> None:
         line = _loss_line(self.flow, tp, position, end)
         self.metrics.set_state("failed", line)
-        raise OperationalError(f"{FATAL}{line}; the flow stops, as mirrorflow.data-loss.fail.topics asks for "
+        raise MirrorError(f"{line}; the flow stops, as mirrorflow.data-loss.fail.topics asks for "
                                f"{tp[0]} (to go on, take the topic out of it and start the flow: the loss is "
                                "recorded)")
 

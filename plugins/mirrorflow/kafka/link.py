@@ -19,7 +19,7 @@ from typing import Any, Literal
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from mirrorflow.kafka import admin_sync, clients
+from mirrorflow.kafka import admin_sync, clients, writers
 from mirrorflow.kafka.flow_lease import FlowLease
 from mirrorflow.model import selection
 from mirrorflow.model.config import Cluster, Flow, MirrorConfig
@@ -81,6 +81,15 @@ class FlowLink:
 
     def target_producer(self, **overrides: Any) -> Producer:
         return Producer({**self.settings("target", "producer"), **overrides})
+
+    def durable_producer(self, **overrides: Any) -> Producer:
+        """A target producer of the flow's own records (checkpoints, releases, repairs): writers.DURABLE under the
+        target's settings and `overrides`."""
+        return self.target_producer(**overrides, **writers.DURABLE)
+
+    def driver_producer(self) -> Producer:
+        """The stream driver's transactional producer (a reset's too), not initialised yet (writers.driver_config)."""
+        return self.target_producer(**writers.driver_config(self.flow.source, self.flow.target))
 
     @property
     def exactly_once(self) -> bool:

@@ -110,9 +110,8 @@ class ViewWriter:
             link = self.link
             admin_sync.ensure_internal_topic(link.target_admin, link.target.alias, topic(link.source.alias),
                                              link.flow.number("offset-syncs.topic.replication.factor"), _TOPIC_CONFIGS)
-            self._producer = Producer({**self.link.settings("target", "producer"), "enable.idempotence": True,
-                                       "acks": "all", "compression.type": "zstd", "linger.ms": 0,
-                                       "message.max.bytes": int(_TOPIC_CONFIGS["max.message.bytes"])})
+            self._producer = link.durable_producer(**{"compression.type": "zstd", "linger.ms": 0,
+                                                      "message.max.bytes": int(_TOPIC_CONFIGS["max.message.bytes"])})
         self._producer.poll(0)
         self._producer.produce(topic(self.link.source.alias), view.value(), self.link.name.encode(), partition=0)
 

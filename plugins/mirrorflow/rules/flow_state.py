@@ -63,7 +63,7 @@ class PartitionSummary:
 
     tp: TopicPartition
     first_offset: int | None  # the first record read, None if none
-    upstream_next: int  # every record below it is on the target (or refused, or skipped)
+    upstream_next: int | None  # every record below it is on the target (or refused, skipped); None: not known
     downstream_next: int | None  # where the next copy lands, None if the task did not learn it
     first: Anchor | None  # the batch's first and last mirrored records, None if none was written
     last: Anchor | None
@@ -76,9 +76,8 @@ class PartitionSummary:
     @classmethod
     def of(cls, report: PartitionReport) -> PartitionSummary:
         """From a task's report (partition_report); a report that does not count (T1) keeps no position."""
-        return cls(report.tp, report.first_offset, -1 if report.upstream_next is None else report.upstream_next,
-                   report.downstream_next, report.first, report.last, report.replay, report.stuck, report.aborted,
-                   report.filtered, report.gaps)
+        return cls(report.tp, report.first_offset, report.upstream_next, report.downstream_next, report.first,
+                   report.last, report.replay, report.stuck, report.aborted, report.filtered, report.gaps)
 
 
 @dataclass
@@ -145,9 +144,9 @@ class FlowState:
             self.anchors[tp] = store
         return records + self.anchor_writes(), migrated
 
-    def position(self, tp: TopicPartition) -> int:
-        """Where the partition resumes; -1 if the flow has no position for it."""
-        return self.upstream_next.get(tp, -1)
+    def position(self, tp: TopicPartition) -> int | None:
+        """Where the partition resumes; None if the flow has no position for it."""
+        return self.upstream_next.get(tp)
 
     def known_topics(self) -> set[str]:
         return {t for t, _ in set(self.anchors) | set(self.upstream_next)} | set(self.incarnations)
@@ -160,7 +159,8 @@ class FlowState:
         """Positions ahead of the state's (written by tasks of a batch whose summaries never came back): adopted with
         where their next record lands, and their batch's first record as an anchor."""
         for tp, position in positions.items():
-            if position.upstream_next <= self.position(tp):
+            known = self.position(tp)
+            if known is not None and position.upstream_next <= known:
                 continue
             self.upstream_next[tp] = position.upstream_next
             if position.downstream_next is not None:
@@ -226,7 +226,7 @@ class FlowState:
         """The stuck partitions a batch starting at `begins` must not write: paused ones, and any whose batch does
         not start at its position (only a query from a new checkpoint writes a stuck partition)."""
         return frozenset(tp for tp, s in list(self.stuck.items())
-                         if s.paused or begins.get(tp, -1) != self.position(tp))
+                         if s.paused or begins.get(tp) != self.position(tp))
 
     def stuck_due(self, now: float) -> list[TopicPartition]:
         """Paused partitions whose pause is over at `now` (monotonic): unpaused, to be tried from a new query."""
@@ -257,7 +257,7 @@ class FlowState:
                     out.resumed.append(tp)
                 out.moving.append(s)
                 continue
-            if self.position(tp) < 0 and s.first_offset is not None:
+            if self.position(tp) is None and s.first_offset is not None:
                 self.upstream_next[tp] = s.first_offset
                 out.first_positions.append(Position(tp[0], tp[1], s.first_offset, self.downstream_next.get(tp)))
             known = self.stuck.get(tp)
@@ -283,7 +283,9 @@ class FlowState:
         """Move the positions (F1) and anchors of the partitions the target took."""
         for s in moving:
             tp = s.tp
-            self.upstream_next[tp] = max(self.position(tp), s.upstream_next)
+            known = self.position(tp)
+            if s.upstream_next is not None:
+                self.upstream_next[tp] = s.upstream_next if known is None else max(known, s.upstream_next)
             if s.first is not None and s.last is not None:
                 store = self._store(tp)
                 fresh = not store.anchors and tp not in self.downstream_next  # nothing written there yet
@@ -300,7 +302,8 @@ class FlowState:
         records: list[Position] = []
         released: list[TopicPartition] = []
         for tp, end in ends.items():
-            if (tp[0] not in topics or end <= self.position(tp) or tp in paused
+            known = self.position(tp)
+            if (tp[0] not in topics or (known is not None and end <= known) or tp in paused
                     or (tp in self.stuck and self.stuck[tp].paused)):
                 continue
             records.append(Position(tp[0], tp[1], end, self.downstream_next.get(tp)))

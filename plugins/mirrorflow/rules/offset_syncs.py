@@ -33,7 +33,7 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
                   write acknowledged); tombstoned by the next holder when it starts (flow_lease, W3).
   writers key     {kind: int16 = 7, topic: string = "", partition: int32 = 0}
   writers value   {version: int16 = 0, slots: int32}: the stream's writes use the transactional ids of task slots
-                  0..slots-1 (stream_writer.transactional_id); a new holder fences them all. Without this record the
+                  0..slots-1 (kafka/writers.transactional_id); a new holder fences them all. Without this record the
                   flow's writers may be those of versions before slots, one per source partition: fenced once.
   run key/value   {kind: int16 = 0, ...}: written by mirrorflow before anchors (one record per run of
                   consecutive offsets, never bounded); read once, turned into anchors and tombstoned.

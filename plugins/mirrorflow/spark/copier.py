@@ -29,7 +29,7 @@ one summary row per source partition. No record crosses into the JVM.
       visible (a Slice: a transaction's commit) at most SLICE_S after it read what there is, and at least every
       SLICE_BEHIND_S while records come faster than it reads them; in a full batch (a backlog) its Slices are at
       least SLICE_BEHIND_S apart. The driver may end a batch's linger before its deadline
-      (stream_writer.end_linger): the same end, sooner.
+      (writer_producers.end_linger): the same end, sooner.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
 records dequeued past the ranges' ends are held up to as many bytes as that queue may take: a partition whose
 records would take the worker past that is released (unassigned, what it held dropped), and the task that next reads
@@ -50,11 +50,13 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from mirrorflow.errors import ConfigError, MirrorError
+from mirrorflow.errors import ConfigError, MirrorError, RetryableError
 from mirrorflow.rules import record_digest
 from mirrorflow.rules.batch_plan import Range
 from mirrorflow.rules.partition_report import PartitionReport
-from mirrorflow.spark.stream_writer import Gap, PassedOver, Run, Slice, WriterSpec, mirror_runs, writer_seat
+from mirrorflow.spark.stream_writer import mirror_runs
+from mirrorflow.spark.writer_producers import writer_seat
+from mirrorflow.spark.writer_spec import Gap, PassedOver, Run, Slice, WriterSpec
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +153,7 @@ def consumer_config(source_settings: Mapping[str, Any], flow: str, read_committe
 
 def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable[int]) -> Iterator[PartitionReport]:
     """mapPartitions body over `sparkContext.range(len(slots))`, one slot index per task: copy that slot's ranges
-    (a local stream's: the ranges of the writer seat the task's worker takes, stream_writer.writer_seat), then
+    (a local stream's: the ranges of the writer seat the task's worker takes, writer_producers.writer_seat), then
     yield the writer's reports (rules/partition_report), one per source partition. A Python RDD job, not a
     DataFrame one: no plan to analyse and no Arrow between the JVM and the worker (a trivial job: 23 ms against 63
     here)."""
@@ -387,8 +389,8 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
             progress = time.monotonic()  # lingering past every range's end: waiting for records is no stall
         if not runs and time.monotonic() - progress > STALL_S:
             waiting = ", ".join(f"{t}-{p}" for t, p in sorted(open_)[:5])
-            raise RuntimeError(f"flow {spec.flow}: no record of {spec.source} partition(s) {waiting} within "
-                               f"{STALL_S:.0f} s although the batch's end offsets are past their positions")
+            raise RetryableError(f"flow {spec.flow}: no record of {spec.source} partition(s) {waiting} within "
+                                 f"{STALL_S:.0f} s although the batch's end offsets are past their positions")
         for tp, (ms, run_offsets) in runs.items():
             yield tp, _run(spec, tp, ms, run_offsets)
         yield from gaps
@@ -484,8 +486,9 @@ def _resume_at_log_start(spec: WriterSpec, reader: _Reader, tp: tuple[str, int],
     if low >= r.until_offset:
         return True, gap
     if high < r.from_offset:
-        raise RuntimeError(f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} ends at {high}, below the "
-                           f"batch's range from {r.from_offset}: truncated or re-created since the batch was planned")
+        raise RetryableError(f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} ends at {high}, "
+                             f"below the batch's range from {r.from_offset}: truncated or re-created since the batch "
+                             "was planned")
     log.warning("flow %s: %s-%d: records below offset %d are gone from %s (retention, deleteRecords); reading on "
                 "from there", spec.flow, *tp, low, spec.source)
     consumer.incremental_assign([TopicPartition(tp[0], tp[1], low)])

@@ -44,23 +44,22 @@ RATE_WINDOW_S = 30.0
 
 
 class Distribution:
-    """Count, total, min, max and a fixed-bucket histogram of millisecond values."""
+    """Count, total, min, max (None while empty) and a fixed-bucket histogram of millisecond values."""
 
     __slots__ = ("buckets", "count", "maximum", "minimum", "total")
 
     def __init__(self) -> None:
         self.count = self.total = 0
-        self.minimum = self.maximum = -1
+        self.minimum: int | None = None
+        self.maximum: int | None = None
         self.buckets = [0] * (len(BOUNDS_MS) + 1)
 
     def add(self, value: int) -> None:
         value = max(value, 0)
         self.count += 1
         self.total += value
-        if self.minimum < 0 or value < self.minimum:
-            self.minimum = value
-        if value > self.maximum:
-            self.maximum = value
+        self.minimum = value if self.minimum is None else min(self.minimum, value)
+        self.maximum = value if self.maximum is None else max(self.maximum, value)
         self.buckets[bisect.bisect_left(BOUNDS_MS, value)] += 1
 
     def add_many(self, values: Sequence[int] | np.ndarray) -> None:
@@ -71,13 +70,14 @@ class Distribution:
         counts = np.bincount(np.searchsorted(BOUNDS_MS, array, side="left"), minlength=len(self.buckets))
         self.merge(len(array), int(array.sum()), int(array.min()), int(array.max()), (int(n) for n in counts))
 
-    def merge(self, count: int, total: int, minimum: int, maximum: int, buckets: Iterable[int]) -> None:
-        if count <= 0:
+    def merge(self, count: int, total: int, minimum: int | None, maximum: int | None, buckets: Iterable[int]) -> None:
+        """Another distribution's figures; nothing if it is empty (no count, or no minimum and maximum)."""
+        if count <= 0 or minimum is None or maximum is None:
             return
         self.count += count
         self.total += total
-        self.minimum = minimum if self.minimum < 0 else min(self.minimum, minimum)
-        self.maximum = max(self.maximum, maximum)
+        self.minimum = minimum if self.minimum is None else min(self.minimum, minimum)
+        self.maximum = maximum if self.maximum is None else max(self.maximum, maximum)
         for i, n in enumerate(buckets):
             self.buckets[i] += n
 
@@ -93,8 +93,8 @@ class Distribution:
         for i, n in enumerate(self.buckets):
             seen += n
             if seen >= rank and n:
-                return min(BOUNDS_MS[i], self.maximum) if i < len(BOUNDS_MS) else self.maximum
-        return self.maximum
+                return min(BOUNDS_MS[i], self.maximum or 0) if i < len(BOUNDS_MS) else self.maximum or 0
+        return self.maximum or 0
 
 
 @dataclass
@@ -188,11 +188,9 @@ class FlowMetrics:
                     m.upstream_next = max(m.upstream_next or 0, r.upstream_next)
                 if r.last_timestamp is not None:
                     m.last_timestamp = r.last_timestamp
-                if r.latency_min is not None and r.latency_max is not None:
-                    recent.merge(r.records, r.latency_sum, r.latency_min, r.latency_max, r.latency_buckets)
-                    m.latency.merge(r.records, r.latency_sum, r.latency_min, r.latency_max, r.latency_buckets)
-                if r.age_min is not None and r.age_max is not None:
-                    m.age.merge(r.records, r.age_sum, r.age_min, r.age_max, ())
+                recent.merge(r.records, r.latency_sum, r.latency_min, r.latency_max, r.latency_buckets)
+                m.latency.merge(r.records, r.latency_sum, r.latency_min, r.latency_max, r.latency_buckets)
+                m.age.merge(r.records, r.age_sum, r.age_min, r.age_max, ())
             for m in self.partitions.values():
                 m.window.append((now, m.records, m.bytes))
 
@@ -287,11 +285,11 @@ class FlowMetrics:
                 parts.append({
                     "topic": topic, "partition": partition, "record-count": m.records, "byte-count": m.bytes,
                     "record-rate": round(rate, 1), "byte-rate": round(byte_rate, 1),
-                    "record-age-ms-min": max(m.age.minimum, 0), "record-age-ms-avg": round(m.age.average, 1),
-                    "record-age-ms-max": max(m.age.maximum, 0),
-                    "replication-latency-ms-min": max(m.latency.minimum, 0),
+                    "record-age-ms-min": m.age.minimum or 0, "record-age-ms-avg": round(m.age.average, 1),
+                    "record-age-ms-max": m.age.maximum or 0,
+                    "replication-latency-ms-min": m.latency.minimum or 0,
                     "replication-latency-ms-avg": round(m.latency.average, 1),
-                    "replication-latency-ms-max": max(m.latency.maximum, 0),
+                    "replication-latency-ms-max": m.latency.maximum or 0,
                     "replication-latency-ms-p99": m.latency.quantile(0.99),
                     "replication-lag-records": m.lag_records,
                     "replication-lag-seconds": round(m.lag_seconds(now), 3),
