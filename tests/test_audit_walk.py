@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow.jobs import audit
+from mirrorflow.jobs import audit, audit_report
 
 SOURCE = (11, 12, 13, 1000)  # key, value, headers digests and timestamp
 
@@ -81,4 +81,4 @@ def test_every_source_record_counts_once_and_ranges_are_maximal_runs(
                 runs[-1][1] = o
             else:
                 runs.append([o, o])
-        assert json.loads(ranges_json) == runs[:audit.EXAMPLES]
+        assert json.loads(ranges_json) == runs[:audit_report.EXAMPLES]

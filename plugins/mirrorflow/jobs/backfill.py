@@ -31,6 +31,7 @@ from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.jobs import audit, lifecycle, ranges
+from mirrorflow.jobs.audit_report import aligned
 from mirrorflow.jobs.ranges import SourceRange, Window
 from mirrorflow.kafka import admin_sync, flow_lease, writers
 from mirrorflow.kafka.flow_lease import FlowLease
@@ -92,7 +93,7 @@ class BackfillReport:
     def table(self) -> str:
         rows = [("partition", "mode", "range", "written", "refused")]
         rows += [(p.name, p.mode, f"{p.start}-{p.end}", str(p.written), str(p.refused)) for p in self.partitions]
-        return "\n".join([*audit.aligned(rows, left=(0, 1, 2)), "", self.summary()])
+        return "\n".join([*aligned(rows, left=(0, 1, 2)), "", self.summary()])
 
     def as_dict(self) -> dict[str, Any]:
         as_json: dict[str, Any] = json.loads(json.dumps({**asdict(self), "written": self.written,

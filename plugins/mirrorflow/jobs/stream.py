@@ -57,7 +57,7 @@ from mirrorflow.jobs.stream_digests import StreamDigests
 from mirrorflow.jobs.stream_progress import StreamProgress
 from mirrorflow.jobs.topic_changes import TopicChanges
 from mirrorflow.kafka import admin_sync, offset_sync_log, writers
-from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, FlowLease
+from mirrorflow.kafka.flow_lease import FlowLease
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
@@ -65,7 +65,7 @@ from mirrorflow.model.config import StreamSettings
 from mirrorflow.rules import batch_plan, digests
 from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.flow_state import FlowState, PartitionSummary
-from mirrorflow.rules.offset_syncs import Position, Release, Writers
+from mirrorflow.rules.offset_syncs import Release, Writers
 from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.spark import copier, range_source, spark_session, writer_producers
 from mirrorflow.spark.writer_spec import WriterSpec
@@ -217,7 +217,7 @@ class _Driver:
             ids += [writers.partition_transactional_id(self.flow.source, self.flow.target, tp)
                     for tp in self._source_partitions()]
         writers.fence(self.flow.name, self.flow.target, self.link.settings("target", "producer"), ids,
-                            self.lease.keep if self.lease is not None else lambda: True)
+                      self.lease.keep if self.lease is not None else lambda: True)
         self.fenced = time.time_ns()
         if slots != self.writer_slots:
             self.writes.write([Writers(slots)])
@@ -260,27 +260,14 @@ class _Driver:
 
     def _deleted_topics_reset(self) -> bool:
         """After a failed query: if topics the query read were deleted on the source (Spark fails on every restart
-        from a checkpoint that names them), forget them and start a new Spark checkpoint from the offset syncs'
-        positions, which say exactly where each partition resumes. True if it did."""
-        known = {t for t, _ in self.state.upstream_next} | set(self.checkpoint.topics())
-        looks = []
-        for attempt in range(2):
-            try:
-                counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
-            except (OperationalError, KafkaException) as exc:  # a cut link: the restart waits and tries again
-                log.warning("flow %s: cannot tell whether source topics were deleted (%s)", self.flow.name, exc)
-                return False
-            looks.append({t for t in known if t not in counts})
-            if attempt == 0 and looks[0]:
-                self.stop_requested.wait(2.0)
-        gone = looks[0] & looks[-1]
-        if not gone:
-            return False
-        self.writes.write(self.topics.drop(gone))
-        self.checkpoint.replace()
-        log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
-                    "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
-        return True
+        from a checkpoint that names them), they are forgotten (topic_changes) and a new Spark checkpoint starts from
+        the offset syncs' positions, which say exactly where each partition resumes. True if it did."""
+        gone = self.topics.forget_deleted(set(self.checkpoint.topics()))
+        if gone:
+            self.checkpoint.replace()
+            log.warning("flow %s: source topic(s) %s deleted: new Spark checkpoint, resuming every other partition "
+                        "from its offset-sync position", self.flow.name, ", ".join(sorted(gone)))
+        return bool(gone)
 
     def _stop_requested(self, wanted: lifecycle.Requested) -> None:
         log.info("flow %s: %s; finishing the running batch, then stopping", self.flow.name, wanted.line())
@@ -537,14 +524,15 @@ class _Driver:
         rows = [r for r in rows if r.topic not in self.state.held]
         summaries = [PartitionSummary.of(r) for r in rows]
         lost = self.topics.losses(ends, summaries, replicated, begins)
-        moving, first_positions = self._settle_stuck(summaries, spec.paused)
-        settled = {s.tp for s in moving}
-        rows = [r for r in rows if r.tp in settled]
-        self.state.fold(moving)
+        settled = self.state.settle(summaries, spec.paused, time.monotonic(), time.time())
+        self.progress.settled(settled, self.state.position)
+        moving = {s.tp for s in settled.moving}
+        rows = [r for r in rows if r.tp in moving]
+        self.state.fold(settled.moving)
         # Batches that held no visible record (markers, aborted ones) move on too, and so does a stuck partition
         # tried again whose batch held nothing visible (it is not paused again); before a prune drops any topic.
         quiet_positions, released = self.state.move_quiet(ends, replicated, spec.paused)
-        records = self.topics.prune() + self.state.anchor_writes() + lost + first_positions
+        records = self.topics.prune() + self.state.anchor_writes() + lost + settled.first_positions
         for tp in released:
             self.metrics.observe_stuck(tp, None, 0)  # tried again: nothing to write, nothing held back
         quiet = {(p.topic, p.partition): p.upstream_next for p in quiet_positions}
@@ -565,27 +553,6 @@ class _Driver:
         self.metrics.observe_positions(self.state.upstream_next)
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
-
-    def _settle_stuck(self, summaries: list[PartitionSummary], paused: frozenset[tuple[str, int]]
-                      ) -> tuple[list[PartitionSummary], list[Position]]:
-        """The state's settling of the batch (flow_state.FlowState.settle), named: one log line per partition stuck
-        or taken again, one for all aborted with a stuck one; the summaries whose positions move, and the first
-        positions of partitions stuck before they had one."""
-        settled = self.state.settle(summaries, paused, time.monotonic(), time.time())
-        for tp, why, passed_over in settled.held_back:
-            self.metrics.observe_stuck(tp, why, passed_over)
-        for tp in settled.resumed:
-            self.metrics.observe_stuck(tp, None, 0)
-            log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
-        for tp, why, pause in settled.newly_stuck:
-            self.metrics.observe_stuck(tp, why, 0)
-            log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
-                        "at offset %s, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
-                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, why, self.state.position(tp), pause)
-        if settled.aborted:
-            log.info("flow %s: %d partition(s) aborted with the transaction of a stuck one (they shared its task); "
-                     "written again from their positions", self.flow.name, settled.aborted)
-        return settled.moving, settled.first_positions
 
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
               paused: frozenset[tuple[str, int]], behind: bool) -> WriterSpec:
@@ -609,8 +576,7 @@ class _Driver:
         """Where the batch reads from: Spark's start of it (the previous batch's ends, or the first batch's kept
         start), and for a partition Spark has no start of, its position (a checkpoint of an older version), else
         none: it is new, and its first batch ends at its log start (batch_plan P2)."""
-        return {**{tp: p for tp, p in self.state.upstream_next.items() if p >= 0},
-                **self.checkpoint.spark_starts(batch_id)}
+        return {**self.state.upstream_next, **self.checkpoint.spark_starts(batch_id)}
 
     def _lingered(self, starts: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         """`starts` moved up to the positions the previous batch's lingering tasks reached past its ends (copier

@@ -8,13 +8,15 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mirrorflow.kafka import source_view
+from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
 from mirrorflow.rules import source_reads
+from mirrorflow.rules.flow_state import Settled
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,23 @@ class StreamProgress:
         self.view = source_view.ViewWriter(link)
         self.last_status = self.last_log = time.monotonic()
         self.logged: tuple[Any, ...] | None = None  # the shape of the last progress line
+
+    def settled(self, settled: Settled, position: Callable[[tuple[str, int]], int | None]) -> None:
+        """A batch's settling (flow_state.FlowState.settle), named: one log line per partition stuck or taken
+        again, one for all aborted with a stuck one; `position` says where a stuck partition is paused."""
+        for tp, why, passed_over in settled.held_back:
+            self.metrics.observe_stuck(tp, why, passed_over)
+        for tp in settled.resumed:
+            self.metrics.observe_stuck(tp, None, 0)
+            log.info("flow %s: %s-%d: the target takes its records again; resumed", self.flow.name, *tp)
+        for tp, why, pause in settled.newly_stuck:
+            self.metrics.observe_stuck(tp, why, 0)
+            log.warning("flow %s: %s-%d STUCK: %s did not take its records within %.0f s (%s); the partition is paused "
+                        "at offset %s, every other partition goes on; tried again in %.0f s", self.flow.name, *tp,
+                        self.flow.target, DELIVERY_TIMEOUT_MS / 1000, why, position(tp), pause)
+        if settled.aborted:
+            log.info("flow %s: %d partition(s) aborted with the transaction of a stuck one (they shared its task); "
+                     "written again from their positions", self.flow.name, settled.aborted)
 
     def query_started(self) -> None:
         """A status file and a progress line a log interval into each query, whatever the last query logged."""

@@ -41,6 +41,26 @@ class TopicChanges:
         self.missing_topics: set[str] = set()  # missing at the last prune: gone if missing again at the next
         self.prune_due = self.incarnations_due = self.held_due = 0.0
 
+    def forget_deleted(self, read: set[str]) -> set[str]:
+        """The topics the flow knows or a query read (`read`) that are gone from the source, looked at twice 2 s apart
+        (a topic being re-created is not deleted), their state dropped; none if the source cannot be reached (the
+        caller's restart waits and tries again)."""
+        known = {t for t, _ in self.state.upstream_next} | read
+        looks = []
+        for attempt in range(2):
+            try:
+                counts, _ = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)
+            except (OperationalError, KafkaException) as exc:
+                log.warning("flow %s: cannot tell whether source topics were deleted (%s)", self.flow.name, exc)
+                return set()
+            looks.append({t for t in known if t not in counts})
+            if attempt == 0 and looks[0]:
+                self.wait(2.0)
+        gone = looks[0] & looks[-1]
+        if gone:
+            self.writes.write(self.drop(gone))
+        return gone
+
     def look_again(self) -> None:
         """At the next batch, look at every topic on both sides (a failed query may be a topic gone)."""
         self.held_due = self.incarnations_due = 0.0
