@@ -6,7 +6,7 @@ import ctypes
 import resource
 import threading
 
-from mirrorflow.spark import copier
+from mirrorflow.kafka import readers
 
 LIBRDKAFKA_FETCH_MAX_BYTES = 52_428_800  # its default
 
@@ -35,14 +35,14 @@ def _page_faults_per_response(size: int, responses: int = 6) -> list[int]:
 
 
 def test_a_fetch_response_of_the_copiers_size_reuses_memory_where_one_of_librdkafkas_default_maps_it_afresh() -> None:
-    pages = copier.FETCH_MAX_BYTES // resource.getpagesize()
-    assert max(_page_faults_per_response(copier.FETCH_MAX_BYTES)[2:]) < pages // 100
+    pages = readers.FETCH_MAX_BYTES // resource.getpagesize()
+    assert max(_page_faults_per_response(readers.FETCH_MAX_BYTES)[2:]) < pages // 100
     pages = LIBRDKAFKA_FETCH_MAX_BYTES // resource.getpagesize()
     assert min(_page_faults_per_response(LIBRDKAFKA_FETCH_MAX_BYTES)[2:]) > pages * 9 // 10
 
 
 def test_the_copiers_consumer_takes_its_fetch_size_unless_the_operator_set_one() -> None:
-    assert copier.consumer_config({}, "a->b", False)["fetch.max.bytes"] == copier.FETCH_MAX_BYTES
-    assert copier.consumer_config({"fetch.max.bytes": "52428800"}, "a->b", False)["fetch.max.bytes"] == "52428800"
-    larger = copier.consumer_config({"message.max.bytes": str(40 << 20)}, "a->b", False)
+    assert readers.reader_config({}, "a->b", False)["fetch.max.bytes"] == readers.FETCH_MAX_BYTES
+    assert readers.reader_config({"fetch.max.bytes": "52428800"}, "a->b", False)["fetch.max.bytes"] == "52428800"
+    larger = readers.reader_config({"message.max.bytes": str(40 << 20)}, "a->b", False)
     assert larger["fetch.max.bytes"] == 40 << 20  # librdkafka refuses a fetch size under the message size

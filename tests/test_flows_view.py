@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 from mirrorflow.entry import flows_view
 from mirrorflow.entry.flows_view import FlowHistory, Sample
@@ -102,3 +103,12 @@ def test_viewers_share_one_measurement_per_spell_and_a_flow_keeps_one_offset_syn
                             "b->a.enabled = true\n")
     measurements.health(gone, gone.flow("b->a"))
     assert set(measurements._flows) == {"b->a"}  # a flow no longer enabled loses its reader
+
+
+def test_an_inexact_checkpoint_row_keeps_a_group_with_a_slash_and_a_topic_with_dashes() -> None:
+    """The checkpoint round writes typed rows the view reads back: no text to split, whatever the names hold."""
+    from mirrorflow.status.metrics import InexactCheckpoint
+
+    row = InexactCheckpoint("team/orders-app", "orders-eu-1", 3, "past what the flow has read: 7")
+    assert InexactCheckpoint.of(json.loads(json.dumps(row.row()))) == row
+    assert InexactCheckpoint.of("team/orders-app/orders-eu-1-3: a row of an older version") is None

@@ -328,12 +328,11 @@ def partition_rows(cfg: config.MirrorConfig, flow: config.Flow
     stuck = {(x["topic"], x["partition"]): x["why"] for x in status.get("stuck-partitions", ())}
     held = {x["topic"]: x["why"] for x in status.get("held-topics", ())}
     inexact: dict[tuple[str, int], list[str]] = {}
-    for line in (metrics.read_status(metrics.checkpoint_status_file(flow)) or {}).get("inexact", ()):
-        where, _, why = str(line).partition(": ")  # "group/topic-partition: why"
-        group, _, topic_partition = where.partition("/")
-        topic, _, partition = topic_partition.rpartition("-")
-        if partition.isdigit():
-            inexact.setdefault((topic, int(partition)), []).append(f"group {group}: {why}")
+    for row in (metrics.read_status(metrics.checkpoint_status_file(flow)) or {}).get("inexact", ()):
+        found_inexact = metrics.InexactCheckpoint.of(row)
+        if found_inexact is not None:
+            inexact.setdefault((found_inexact.topic, found_inexact.partition), []).append(
+                f"group {found_inexact.group}: {found_inexact.note}")
     rows = []
     for lag in found.lags or ():
         age_s = (None if not lag.records or not lag.oldest_unmirrored_ms

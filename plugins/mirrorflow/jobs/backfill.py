@@ -33,7 +33,7 @@ from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.jobs import audit, lifecycle, ranges
 from mirrorflow.jobs.audit_report import aligned
 from mirrorflow.jobs.ranges import SourceRange, Window
-from mirrorflow.kafka import admin_sync, flow_lease, writers
+from mirrorflow.kafka import admin_sync, flow_lease
 from mirrorflow.kafka.flow_lease import FlowLease
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import batch_plan
@@ -110,8 +110,7 @@ def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EV
     if from_offsets is None and window.from_ms is None:
         raise ConfigError("backfill needs where to start: start offsets or a from time")
     # The stream's copier and writer: what they refuse, refused before anything is paused or written.
-    writers.check_tuning(link.settings("target", "producer"), link.target.alias)
-    copier.check_consumer_tuning(link.settings("source", "consumer"), link.source.alias)
+    link.check_clients()
     link.ensure_syncs_topic()
     begun = time.monotonic()
     resume = _pause(link, pause)

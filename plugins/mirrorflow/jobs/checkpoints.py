@@ -480,7 +480,7 @@ def _record_status(flow: Flow, results: Sequence[GroupCheckpoints], unread: Mapp
             stats[key] = s
     status.update(flow=flow.name, updated=now, groups=len(results),
                   partitions_checkpointed=sum(len(r.partitions) for r in results),
-                  inexact=[f"{r.group}/{p.source_topic}-{p.partition}: {p.note}"
+                  inexact=[metrics.InexactCheckpoint(r.group, p.source_topic, p.partition, p.note).row()
                            for r in results for p in r.partitions if not p.exact],
                   unread={g: unread[g] for g in sorted(unread)[:100]}, unread_groups=len(unread))
     if results:

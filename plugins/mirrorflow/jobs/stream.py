@@ -122,8 +122,7 @@ class _Driver:
                                            self.flow.name)
         self.pattern = selection.subscription_pattern(self.flow)
         self.metrics = metrics.FlowMetrics(self.flow.name, self.flow.source, self.flow.target)
-        writers.check_tuning(link.settings("target", "producer"), link.target.alias)
-        copier.check_consumer_tuning(link.settings("source", "consumer"), link.source.alias)
+        link.check_clients()
         # Bounded (flow_state F2): `mirrorflow.offset-syncs.anchors.max` anchors per source partition the flow mirrors.
         self.state = FlowState(self.flow.number("mirrorflow.offset-syncs.anchors.max"),
                                self.flow.number("mirrorflow.offset-syncs.anchors.spacing"))

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from mirrorflow.kafka import admin_sync, clients, writers
+from mirrorflow.kafka import admin_sync, clients, readers, writers
 from mirrorflow.kafka.flow_lease import FlowLease
 from mirrorflow.model import selection
 from mirrorflow.model.config import Cluster, Flow, MirrorConfig
@@ -81,6 +81,11 @@ class FlowLink:
 
     def target_producer(self, **overrides: Any) -> Producer:
         return Producer({**self.settings("target", "producer"), **overrides})
+
+    def check_clients(self) -> None:
+        """Raise ConfigError for a setting the copier's consumer or the writer's producer cannot take."""
+        writers.check_tuning(self.settings("target", "producer"), self.target.alias)
+        readers.check_tuning(self.settings("source", "consumer"), self.source.alias)
 
     def durable_producer(self, **overrides: Any) -> Producer:
         """A target producer of the flow's own records (checkpoints, releases, repairs): writers.DURABLE under the

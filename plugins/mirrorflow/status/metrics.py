@@ -477,6 +477,28 @@ def checkpoint_status_file(flow: Flow) -> Path:
     return flow_home(flow) / "checkpoints.json"
 
 
+@dataclass(frozen=True)
+class InexactCheckpoint:
+    """A group's checkpoint of a source partition that is not exact, and why: a row of the checkpoint round's
+    status file (`inexact`), read by the flows view."""
+
+    group: str
+    topic: str
+    partition: int
+    note: str
+
+    def row(self) -> dict[str, Any]:
+        return {"group": self.group, "topic": self.topic, "partition": self.partition, "note": self.note}
+
+    @classmethod
+    def of(cls, row: Any) -> InexactCheckpoint | None:
+        """From a status file's row; None for a row this version does not read (a file an older version wrote)."""
+        try:
+            return cls(str(row["group"]), str(row["topic"]), int(row["partition"]), str(row["note"]))
+        except (TypeError, KeyError, ValueError):
+            return None
+
+
 def write_status(path: Path, snapshot: Mapping[str, Any]) -> None:
     """Atomically replace the flow's status file (read by `mirrorflow status`)."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -89,15 +89,14 @@ def describe(cfg: configmod.MirrorConfig) -> dict[str, Any]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from mirrorflow.kafka import clients, writers
-    from mirrorflow.spark import copier
+    from mirrorflow.kafka import clients, readers, writers
 
     cfg = load_config(args)
     clients.check(cfg)  # a store that cannot be opened fails here
     for target in sorted({f.target for f in cfg.enabled_flows}):  # what the stream's writer would refuse at start
         writers.check_tuning(clients.settings(cfg.cluster(target), "producer"), target)
     for source in sorted({f.source for f in cfg.enabled_flows}):  # and what its copier would
-        copier.check_consumer_tuning(clients.settings(cfg.cluster(source), "consumer"), source)
+        readers.check_tuning(clients.settings(cfg.cluster(source), "consumer"), source)
     flows = ", ".join(f.name for f in cfg.enabled_flows) or "none"
     by_connection = " (the stream DAG: connection mirrorflow_spark)"
     streams = [f"{f.name} stream: master {f.stream.spark_master}"
