@@ -77,28 +77,28 @@ drill: setup
 # MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd; across a WAN through Toxiproxy) vs Kafka's perf
 # tools, one run (about 40 minutes, 11 of them idle spells; not part of `make test`).
 bench: setup toxiproxy
-	$(BIN)/python tests/benchmark_mirror.py --compression lz4,zstd
+	$(BIN)/python tests/benchmarks/mirror.py --compression lz4,zstd
 
 # Backfill and audit cost on this machine, one run (about 5 minutes; not part of `make test`).
 bench-batch: setup
-	$(BIN)/python tests/benchmark_batch.py
+	$(BIN)/python tests/benchmarks/batch.py
 
 # Offset-sync state and checkpoint rounds as history and groups grow, one run (about 35 minutes; not part of
 # `make test`).
 bench-state: setup
-	$(BIN)/python tests/benchmark_state.py
+	$(BIN)/python tests/benchmarks/state.py
 
 bench-fence: setup
-	$(BIN)/python tests/benchmark_fence.py
+	$(BIN)/python tests/benchmarks/fence.py
 
 # The stream at 12 and 1,200 partitions in its three delivery modes (about 30 minutes; not part of `make test`).
 bench-eos: setup
-	$(BIN)/python tests/benchmark_eos.py
+	$(BIN)/python tests/benchmarks/eos.py
 
 # One lingering task's slice (a small transaction) on a bare broker, with and without the broker's check of each
 # partition's first write in a transaction (about 2 minutes; not part of `make test`).
 bench-slice: setup
-	$(BIN)/python tests/benchmark_slice.py
+	$(BIN)/python tests/benchmarks/slice.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow traffic stop

@@ -350,7 +350,7 @@ INDEX_BYTES = 256 << 10
 
 
 def index_bytes() -> int:
-    """The brokers' index size: INDEX_BYTES, or MIRRORFLOW_BROKER_INDEX_BYTES (tests/benchmark_broker_index.py)."""
+    """The brokers' index size: INDEX_BYTES, or MIRRORFLOW_BROKER_INDEX_BYTES (tests/benchmarks/broker_index.py)."""
     wanted = os.environ.get("MIRRORFLOW_BROKER_INDEX_BYTES", str(INDEX_BYTES))
     if not wanted.isdigit() or int(wanted) < 4096:
         raise LocalClusterError(f"MIRRORFLOW_BROKER_INDEX_BYTES = {wanted!r}: expected a number of bytes, "

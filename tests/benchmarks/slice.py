@@ -1,6 +1,6 @@
 """What one slice of a lingering task costs on a bare broker: a transaction of a few records over a few partitions.
 
-    .venv/bin/python tests/benchmark_slice.py [--partitions 6] [--records 30] [--rounds 400]
+    .venv/bin/python tests/benchmarks/slice.py [--partitions 6] [--records 30] [--rounds 400]
 
 One local broker (port 27092) under a temporary MIRRORFLOW_HOME. Each round is a slice as the writer makes it
 (spark/stream_writer._commit_slice): records produced into an open transaction with the writer's linger, a flush

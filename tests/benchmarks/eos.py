@@ -1,6 +1,6 @@
 """The stream at 12 and at 1,200 source partitions in each delivery mode (MODES): start-up and throughput.
 
-    make bench-eos                  # or: .venv/bin/python tests/benchmark_eos.py [MODE:PARTITIONS ...]
+    make bench-eos                  # or: .venv/bin/python tests/benchmarks/eos.py [MODE:PARTITIONS ...]
 
 Two local clusters (ports 26892 and 26992) under a temporary MIRRORFLOW_HOME. For each mode and partition count a
 new topic gets RECORDS records of VALUE_BYTES bytes spread evenly over its partitions, then `mirrorflow stream`
@@ -21,7 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SOURCE_PORT, TARGET_PORT, METRICS_PORT = 26892, 26992, 26995  # brokers use port + 1 for controllers
 RECORDS, VALUE_BYTES, PER_BATCH = 120_000, 512, 60_000
 QUIET = {"log_level": 3}

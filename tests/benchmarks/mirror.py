@@ -1,6 +1,6 @@
 """Side-by-side benchmark: Kafka's perf tools (the raw limit), MirrorMaker 2 and mirrorflow, one run.
 
-    make bench                      # or: .venv/bin/python tests/benchmark_mirror.py [--records N] [--idle S]
+    make bench                      # or: .venv/bin/python tests/benchmarks/mirror.py [--records N] [--idle S]
                                     #     [--compression lz4,zstd] [--modes plain,transactional,exactly-once,many,wan]
                                     #     [--wan-sides target,source]
 
@@ -50,7 +50,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from mirrorflow.rules import batch_plan
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SRC, DST = 26092, 26192
 # mirrorflow's batches linger a minute (its latency tuning: a boundary between two batches, about 300 ms, then falls
 # on a few records in a thousand), and latency is measured over three of them, for MM2 alike.

@@ -1,6 +1,6 @@
 """A local broker taking writes to new partitions, with Kafka's 10 MiB index files and with the launcher's.
 
-    .venv/bin/python tests/benchmark_broker_index.py
+    .venv/bin/python tests/benchmarks/broker_index.py
 
 For each index size, one local broker (port 26892) under a temporary MIRRORFLOW_HOME; 120 topics of 12 partitions
 are created, then rounds of one producer each (the stream writer's batching: 1 MiB batches, linger 5 ms, acks=all,
@@ -94,7 +94,7 @@ def main() -> None:
              (f"{local.INDEX_BYTES >> 10} KiB (the launcher's)", local.INDEX_BYTES))
     for label, size in sizes:
         env = {**os.environ, "MIRRORFLOW_HOME": str(home / str(size)), "MIRRORFLOW_BROKER_INDEX_BYTES": str(size)}
-        env.setdefault("MIRRORFLOW_JAR_CACHE", str(Path(__file__).resolve().parent.parent / ".mirrorflow" / "jars"))
+        env.setdefault("MIRRORFLOW_JAR_CACHE", str(Path(__file__).resolve().parents[2] / ".mirrorflow" / "jars"))
         out = subprocess.run([sys.executable, __file__, "--one"], env=env, check=True, capture_output=True,
                              text=True).stdout.split()
         print(f"| {label} | " + " | ".join(f"{float(rate):,.0f}" for rate in out) + " |", flush=True)

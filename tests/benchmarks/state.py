@@ -1,6 +1,6 @@
 """Replication state at scale: offset-sync state and checkpoint rounds as history and groups grow.
 
-    make bench-state    # or: .venv/bin/python tests/benchmark_state.py [--history 10000,100000] [--groups 100,5000]
+    make bench-state    # or: .venv/bin/python tests/benchmarks/state.py [--history 10000,100000] [--groups 100,5000]
 
 Three local clusters (ports 26492, 26592, 26692) under a temporary MIRRORFLOW_HOME:
   1. history: a 4-partition source topic written by 4 transactional producers (4 records per transaction, so
@@ -33,8 +33,8 @@ from typing import Any
 from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support
 PORTS = {"src": 26492, "dst": 26592, "eos": 26692}
 QUIET = {"log_level": 3}
 HIST, EOS_TOPIC, WIDE = "history-tx", "exactly-once-tx", "wide-12"

@@ -1,6 +1,6 @@
 """Exactly-once start-up: fencing every transactional id of a flow, one at a time (as before) and 32 at a time.
 
-    make bench-fence                # or: .venv/bin/python tests/benchmark_fence.py
+    make bench-fence                # or: .venv/bin/python tests/benchmarks/fence.py
 
 One local cluster (port 26792) under a temporary MIRRORFLOW_HOME. For 12 and 1,200 source partitions the ids are
 initialised once untimed (the coordinator creates their state, as a flow's first start does), then fenced
@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PORT = 26792
 
 

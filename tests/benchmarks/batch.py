@@ -1,6 +1,6 @@
 """What the batch jobs cost on this machine: a backfill (seed) of a topic, a second run, and a content audit.
 
-    make bench-batch                # or: .venv/bin/python tests/benchmark_batch.py [--records N]
+    make bench-batch                # or: .venv/bin/python tests/benchmarks/batch.py [--records N]
 
 Two local clusters (ports 26092, 26192) under a temporary MIRRORFLOW_HOME; a 12-partition topic of 512 B
 records with two headers. Each job runs in its own Spark session (local[*]) as `mirrorflow backfill` and
@@ -20,7 +20,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SRC, DST = 26092, 26192
 PARTITIONS, SIZE = 12, 512
 QUIET = {"log_level": 3}
