@@ -26,6 +26,7 @@ from mirrorflow.dev import local, netfaults
 from mirrorflow.jobs.stream_progress import stall_after_s
 from mirrorflow.model import config
 from mirrorflow.status import metrics
+from support import ports
 from support.dr_drill import Drill, Move, Scheduler, drill_config, rss_mib, run_dag, verdict
 from support.streams import (
     QUIET,
@@ -39,9 +40,9 @@ from support.streams import (
 )
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-API_PORT = 25474
-NODES = 3
-DIRECT = {"src": [25600 + 2 * n for n in range(NODES)], "dst": [25700 + 2 * n for n in range(NODES)]}
+API_PORT = ports.TOXIPROXY_API
+NODES = ports.DRILL_NODES
+DIRECT = {"src": list(ports.DRILL_SOURCE), "dst": list(ports.DRILL_TARGET)}
 # each broker's second listener, and the Toxiproxy port it advertises
 PROXIED = {a: [(port + 20, port + 30) for port in ports] for a, ports in DIRECT.items()}
 PARTITIONS = 3

@@ -25,11 +25,12 @@ from mirrorflow.kafka import clients, flow_lease
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.status import metrics
+from support import ports
 from support.clusters import PORTS
 from support.streams import create_topic, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.airflow]
-PORT = "25080"
+PORT = str(ports.AIRFLOW_API)
 FLOW, REVERSE = "home->away", "away->home"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]  # no calls out of this closed network

@@ -23,6 +23,7 @@ from mirrorflow.dev import local
 from mirrorflow.errors import LocalClusterError
 from mirrorflow.model import config
 from mirrorflow.model.client_config import to_librdkafka
+from support import ports
 
 pytestmark = pytest.mark.kafka
 QUIET = {"log_level": 0, "logger": lambda *a: None}  # keep expected auth failures out of the output
@@ -135,7 +136,7 @@ def test_down_stops_only_what_it_started(local_clusters: config.MirrorConfig, tm
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         fake = local.local_brokers(local_clusters, ["alpha"])[0]
-        cfg = config.from_text("clusters = other\nother.bootstrap.servers = 127.0.0.1:25392\n")
+        cfg = config.from_text(f"clusters = other\nother.bootstrap.servers = 127.0.0.1:{ports.DELTA}\n")
         (other,) = local.local_brokers(cfg)
         other.folder.mkdir(parents=True, exist_ok=True)
         other.pid_file.write_text(str(stranger.pid))  # a pid that is not a broker we started
@@ -157,7 +158,7 @@ def test_cli_local_status_json(
 
 def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dict[str, str], tmp_path: Path) -> None:
     cfg_file = tmp_path / "delta.properties"
-    cfg_file.write_text("clusters = delta\ndelta.bootstrap.servers = 127.0.0.1:25492\n")
+    cfg_file.write_text(f"clusters = delta\ndelta.bootstrap.servers = 127.0.0.1:{ports.SECURE_LOCAL}\n")
     cli = [sys.executable, "-m", "mirrorflow", "--config", str(cfg_file), "local"]
     try:
         r = subprocess.run([*cli, "up", "--secure"], capture_output=True, text=True, env=cluster_env, check=False)
@@ -165,11 +166,11 @@ def test_secure_flag_generates_a_super_user_and_never_prints_it(cluster_env: dic
         (broker,) = local.local_brokers(config.load(cfg_file), secure=True)
         user, password = local.super_user_credentials(broker)
         assert password not in r.stdout + r.stderr and oct(broker.credentials_file.stat().st_mode)[-3:] == "600"
-        ok = AdminClient({"bootstrap.servers": "127.0.0.1:25492", "security.protocol": "SASL_PLAINTEXT",
+        ok = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports.SECURE_LOCAL}", "security.protocol": "SASL_PLAINTEXT",
                           "sasl.mechanism": "PLAIN", "sasl.username": user, "sasl.password": password})
         ok.create_topics([NewTopic("delta-t", 1, 1)])["delta-t"].result(30)
         with pytest.raises(KafkaException):
-            AdminClient({"bootstrap.servers": "127.0.0.1:25492", **QUIET}).list_topics(timeout=4)
+            AdminClient({"bootstrap.servers": f"127.0.0.1:{ports.SECURE_LOCAL}", **QUIET}).list_topics(timeout=4)
     finally:
         subprocess.run([*cli, "down", "--purge"], capture_output=True, env=cluster_env, check=False)
 
@@ -182,14 +183,16 @@ def test_a_generated_cluster_id_never_reads_as_an_option() -> None:
 
 
 def test_a_cluster_keeps_the_quorum_it_was_created_with(cluster_env: dict[str, str]) -> None:
-    one = config.from_text("clusters = solo\nsolo.bootstrap.servers = 127.0.0.1:25510\n")
+    first, *more = ports.QUORUM
+    one = config.from_text(f"clusters = solo\nsolo.bootstrap.servers = 127.0.0.1:{first}\n")
     three = config.from_text("clusters = solo\nsolo.bootstrap.servers = "
-                             "127.0.0.1:25510,127.0.0.1:25512,127.0.0.1:25514\n")
+                             + ",".join(f"127.0.0.1:{p}" for p in (first, *more)) + "\n")
     try:
         local.up(one)
         local.down(one)
-        with pytest.raises(LocalClusterError, match=re.escape("created with the controller quorum 1@127.0.0.1:25511, "
-                                                              "this config gives 1@127.0.0.1:25511,2@")):
+        quorum = f"1@127.0.0.1:{first + 1}"
+        with pytest.raises(LocalClusterError, match=re.escape(f"created with the controller quorum {quorum}, "
+                                                              f"this config gives {quorum},2@")):
             local.up(three)
         assert not any(s.running for s in local.status(three))
     finally:

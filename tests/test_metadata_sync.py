@@ -34,6 +34,7 @@ from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync, clients
 from mirrorflow.model import config, drift
 from mirrorflow.model.drift import AddPartitions, CreateAcl, CreateTopic, DeleteConfig, Notice, SetConfig
+from support import ports
 from support.airflow import deployment
 from support.clusters import PORTS, clusters_text, own_broker
 from support.streams import create_topic
@@ -41,7 +42,7 @@ from support.streams import create_topic
 pytestmark = pytest.mark.kafka
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-DELTA_PORT = 25392
+DELTA_PORT = ports.DELTA
 SASL = ("security.protocol = SASL_PLAINTEXT\n{a}.sasl.mechanism = SCRAM-SHA-512\n{a}.sasl.jaas.config = "
         "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" password=\"{pw}\";\n")
 

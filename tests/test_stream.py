@@ -22,6 +22,7 @@ from mirrorflow.kafka import offset_sync_log
 from mirrorflow.kafka.target_reader import TargetRecords
 from mirrorflow.model import config
 from mirrorflow.rules.translation import PartitionSyncs, target_offsets
+from support import ports
 from support.clusters import PORTS
 from support.streams import (
     QUIET,
@@ -43,8 +44,8 @@ from support.streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-METRICS_PORT = 25464
-LINGER_METRICS_PORT = 25467
+METRICS_PORT = ports.STREAM_METRICS
+LINGER_METRICS_PORT = ports.LINGER_METRICS
 
 
 @pytest.fixture(scope="module")

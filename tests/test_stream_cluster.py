@@ -13,6 +13,7 @@ from pathlib import Path
 import pyspark
 import pytest
 from mirrorflow.model import config
+from support import ports
 from support.clusters import PORTS
 from support.streams import (
     StreamProcess,
@@ -27,7 +28,7 @@ from support.streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-MASTER_PORT = 25777
+MASTER_PORT = ports.SPARK_MASTER
 
 
 def _spark_class(*args: str, log: Path) -> subprocess.Popen[bytes]:

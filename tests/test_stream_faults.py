@@ -26,6 +26,7 @@ from mirrorflow.kafka import offset_sync_log
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.rules import offset_syncs
+from support import ports
 from support.clusters import PORTS
 from support.streams import (
     QUIET,
@@ -43,8 +44,8 @@ from support.streams import (
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
-STUCK_METRICS_PORT = 25465
-BETA_2 = 25196  # a second broker of beta, for one test
+STUCK_METRICS_PORT = ports.STUCK_METRICS
+BETA_2 = ports.BETA_SECOND_BROKER
 REPARTITION = "loss.app-KSTREAM-REPARTITION-0000000003-repartition"
 
 

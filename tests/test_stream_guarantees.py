@@ -19,6 +19,7 @@ import pytest
 from mirrorflow.jobs import topology
 from mirrorflow.model import config
 from mirrorflow.rules.provenance import HEADER, Provenance
+from support import ports
 from support.clusters import PORTS
 from support.streams import (
     SteadyProducer,
@@ -37,7 +38,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 ALPHA = f"127.0.0.1:{PORTS['alpha']}"
 BETA = f"127.0.0.1:{PORTS['beta']}"
 BOTH = (PORTS["alpha"], PORTS["beta"])
-KEEP_METRICS_PORT = 25466
+KEEP_METRICS_PORT = ports.KEEP_METRICS
 
 
 def _write_config(tmp: Path, aliases: tuple[str, str], flows: list[str], extra: str) -> Path:

@@ -21,11 +21,11 @@ from mirrorflow.jobs import checkpoints
 from mirrorflow.kafka import clients, stores
 from mirrorflow.model import config
 from mirrorflow.model.client_config import JavaStore
-from support.clusters import PORT_OFFSET
+from support import ports
 from support.streams import StreamProcess, environ, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-PORTS = {"sigma": 27092 + PORT_OFFSET, "tau": 27192 + PORT_OFFSET}
+PORTS = {"sigma": ports.SIGMA, "tau": ports.TAU}
 RECORDS = 600
 QUIET = {"log_level": 0, "logger": lambda *a: None}  # keep the expected handshake failures out of the output
 

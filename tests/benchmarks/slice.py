@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/benchmarks/slice.py [--partitions 6] [--records 30] [--rounds 400]
 
-One local broker (port 27092) under a temporary MIRRORFLOW_HOME. Each round is a slice as the writer makes it
+One local broker (port 26292) under a temporary MIRRORFLOW_HOME. Each round is a slice as the writer makes it
 (spark/stream_writer._commit_slice): records produced into an open transaction with the writer's linger, a flush
 (every record acknowledged), one offset-sync record, the commit, the next transaction begun. Printed: the flush's,
 the commit's and the whole slice's median and p99, with the broker's check of each partition's first write in a
@@ -18,7 +18,7 @@ import statistics
 import tempfile
 import time
 
-BROKER = "127.0.0.1:27092"
+BROKER = "127.0.0.1:26292"
 
 
 def _quantiles(values: list[float]) -> str:

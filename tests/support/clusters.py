@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from mirrorflow.dev import local
 from mirrorflow.model import config
 
+from support import ports
+
 REPO = Path(__file__).resolve().parents[2]
-# A second test session on this machine (`make test` runs two side by side: support.lanes) moves its shared brokers.
-PORT_OFFSET = int(os.environ.get("MIRRORFLOW_TEST_PORT_OFFSET", "0"))
-PORTS = {"alpha": 25092 + PORT_OFFSET, "beta": 25192 + PORT_OFFSET, "gamma": 25292 + PORT_OFFSET}
+PORTS = {"alpha": ports.ALPHA, "beta": ports.BETA, "gamma": ports.GAMMA}
 SECURE_ALIAS = "gamma"
 
 

@@ -46,10 +46,11 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from support import ports
 from support.streams import QUIET, StreamProcess, environ
 
 REPO = Path(__file__).resolve().parents[2]
-PRIMARY_PORTS, BACKUP_PORTS = (25800, 25802, 25804), (25900, 25902, 25904)
+PRIMARY_PORTS, BACKUP_PORTS = ports.DR_PRIMARY, ports.DR_BACKUP
 
 
 def servers(ports: tuple[int, ...]) -> str:
