@@ -55,7 +55,7 @@ from mirrorflow.rules import record_digest
 from mirrorflow.rules.batch_plan import Range
 from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.spark.stream_writer import mirror_runs
-from mirrorflow.spark.writer_producers import writer_seat
+from mirrorflow.spark.writer_producers import lingers, writer_seat
 from mirrorflow.spark.writer_spec import Gap, PassedOver, Run, Slice, WriterSpec
 
 log = logging.getLogger(__name__)
@@ -228,7 +228,7 @@ def _runs(spec: WriterSpec, ranges: list[Range]
           ) -> Iterator[tuple[tuple[str, int], Run | PassedOver | Gap | Slice]]:
     """The task's records as runs per partition, in offset order within each partition (C1-C4)."""
     read: dict[tuple[str, int], Range] = {}
-    lingering = spec.lingers()
+    lingering = lingers(spec)
     for r in ranges:
         tp = (r.topic, r.partition)
         if r.records == 0 and not (lingering and r.topic in spec.remote and tp not in spec.paused):
@@ -254,7 +254,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
           ) -> Iterator[tuple[tuple[str, int], Run | Gap | Slice]]:
     planned = {tp: r.until_offset for tp, r in read.items()}
     # C6: until the batch's linger deadline every partition reads on past its range's end
-    lingering = spec.lingers()
+    lingering = lingers(spec)
     until = dict.fromkeys(planned, _OPEN) if lingering else dict(planned)
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)
@@ -270,7 +270,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
         return all(position.get(tp, -1) >= planned[tp] or eof.get(tp, -1) >= planned[tp] for tp in open_)
 
     while open_:
-        if lingering and not messages and not spec.lingers():
+        if lingering and not messages and not lingers(spec):
             lingering = False
             for tp in open_:  # C6: each partition ends where it got to, and no sooner than its range
                 until[tp] = max(planned[tp], position.get(tp, planned[tp]))

@@ -16,6 +16,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,10 +105,13 @@ def end_linger(spec: WriterSpec) -> bool:
     return True
 
 
-def linger_ended(spec: WriterSpec) -> bool:
-    """Whether the driver ended the batch's linger early (end_linger)."""
+def lingers(spec: WriterSpec) -> bool:
+    """Whether the batch's tasks still read on past their ranges' ends (copier C6): its deadline has not passed,
+    and the driver has not ended its linger early (end_linger)."""
+    if spec.linger_until is None or time.time() >= spec.linger_until:
+        return False
     claims = seat_claims(spec)
-    return claims is not None and (claims / _LINGER_ENDED).exists()
+    return claims is None or not (claims / _LINGER_ENDED).exists()
 
 
 def drop_seat_claims(spec: WriterSpec) -> None:

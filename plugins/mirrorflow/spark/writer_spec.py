@@ -3,7 +3,6 @@ the copier hands the writer (Run, Gap, PassedOver, Slice)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from mirrorflow.kafka.link import FlowLink
-from mirrorflow.spark import writer_producers
 
 TopicPartition = tuple[str, int]
 
@@ -65,13 +63,6 @@ class WriterSpec:
     # Its batch is full (the source had more than a batch): a lingering task reads on only as far as each
     # partition's end just then, and waits for no record (copier C6).
     behind: bool = False
-
-    def lingers(self) -> bool:
-        """Whether its tasks still read on past their ranges' ends (copier C6): a deadline not passed yet, and the
-        driver has not ended the batch's linger early (end_linger)."""
-        if self.linger_until is None or time.time() >= self.linger_until:
-            return False
-        return not writer_producers.linger_ended(self)
 
     @classmethod
     def of(cls, link: FlowLink, **fields: Any) -> WriterSpec:
