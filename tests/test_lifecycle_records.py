@@ -73,3 +73,26 @@ def test_an_airflow_connection_overrides_the_files_cluster_settings_and_its_secr
     assert a["bootstrap.servers"] == "new:9092" and 'password="hunter2-long-secret"' in a["sasl.jaas.config"]
     assert cfg.cluster("b").bootstrap_servers == "b:1"
     assert "hunter2-long-secret" not in str(redact(f"connecting with {a['sasl.jaas.config']}"))
+
+
+def test_a_wait_asks_again_after_a_check_that_cannot_be_answered_and_raises_only_at_its_deadline() -> None:
+    """A stop waits for the lease to be free; a describe of the lease group that times out once must not fail it."""
+    from mirrorflow.errors import OperationalError
+    from mirrorflow.jobs.lifecycle import wait_until
+
+    answers = iter([OperationalError("cluster b: timed out"), False, True])
+
+    def check() -> bool:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    assert wait_until(check, timeout_s=5, interval_s=0)
+
+    def unanswered() -> bool:
+        raise OperationalError("cluster b: unreachable")
+
+    with pytest.raises(OperationalError, match="unreachable"):
+        wait_until(unanswered, timeout_s=0.05, interval_s=0.01)
+    assert not wait_until(lambda: False, timeout_s=0.05, interval_s=0.01)

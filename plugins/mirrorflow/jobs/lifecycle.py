@@ -360,11 +360,20 @@ def health(link: FlowLink, *, with_lag: bool = True, syncs: offset_sync_log.Sync
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, interval_s: float = 1.0) -> bool:
+    """Whether `check` holds within `timeout_s`, asked every `interval_s`. A check that cannot be answered (an
+    OperationalError: a cluster slow to answer while a stream stops) is asked again; if the last one before the
+    deadline could not be answered either, its error is raised."""
     deadline = time.monotonic() + timeout_s
     while True:
-        if check():
-            return True
+        failed: OperationalError | None = None
+        try:
+            if check():
+                return True
+        except OperationalError as exc:
+            failed = exc
         if time.monotonic() >= deadline:
+            if failed is not None:
+                raise failed
             return False
         time.sleep(interval_s)
 
