@@ -145,6 +145,7 @@ def test_down_stops_only_what_it_started(local_clusters: config.MirrorConfig, tm
         assert local.status(local_clusters, [fake.alias])[0].running
     finally:
         stranger.kill()
+        stranger.wait(10)
 
 
 def test_cli_local_status_json(

@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from mirrorflow.dev import tls
+from mirrorflow.dev import daemons, tls
 from mirrorflow.errors import LocalClusterError
 from mirrorflow.model.client_config import jaas_credentials, java_store
 from mirrorflow.model.config import Cluster, MirrorConfig
@@ -525,8 +525,8 @@ def _spawn(b: LocalBroker, jars: Path) -> subprocess.Popen[bytes]:
            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
            f"-Dlog4j2.configurationFile={b.folder / 'log4j2.yaml'}",
            "-cp", maven.classpath(jars), "kafka.Kafka", str(b.config_file)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = daemons.keep(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True))
     log.close()
     b.pid_file.write_text(str(proc.pid))
     return proc

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mirrorflow.dev import daemons
 from mirrorflow.entry.deployment import SPARK_CONNECTION
 from mirrorflow.errors import OperationalError
 from mirrorflow.model import paths
@@ -109,9 +110,10 @@ def up(project: Path, config_path: Path) -> AirflowState:
         env = environment(project, config_path)
         if not (home() / "airflow.db").exists():
             _prepare_database(env)
-        log = open(home() / "standalone.log", "ab")  # noqa: SIM115 - handed to the child process
-        proc = subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=project)
+        with open(home() / "standalone.log", "ab") as log:
+            proc = daemons.keep(subprocess.Popen([str(Path(sys.executable).parent / "airflow"), "standalone"],
+                                                 env=env, stdout=log, stderr=subprocess.STDOUT,
+                                                 start_new_session=True, cwd=project))
         _pid_file().write_text(str(proc.pid))
         deadline = time.monotonic() + START_TIMEOUT_S
         while not _answers():

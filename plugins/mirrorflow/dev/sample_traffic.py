@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import NewTopic
 
+from mirrorflow.dev import daemons
 from mirrorflow.errors import ConfigError, OperationalError
 from mirrorflow.kafka import admin_sync, clients
 from mirrorflow.model import config, paths
@@ -105,9 +106,10 @@ def start(cfg: config.MirrorConfig, config_path: Path, cluster: str, topic: str,
     log = _state_file(cluster).with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "mirrorflow.dev.sample_traffic", "--config", str(config_path),
-                                 "--cluster", cluster, "--topic", topic, "--group", group, "--rate", str(rate)],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = daemons.keep(subprocess.Popen(
+            [sys.executable, "-m", "mirrorflow.dev.sample_traffic", "--config", str(config_path), "--cluster", cluster,
+             "--topic", topic, "--group", group, "--rate", str(rate)],
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True))
     state = Traffic(cluster, topic, group, rate, proc.pid, updated=time.time())
     _write(state)
     try:
