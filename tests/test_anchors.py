@@ -101,3 +101,26 @@ def test_every_prefix_of_a_prunes_writes_leaves_no_bracket_across_a_replay() -> 
                 kept[slot] = anchor
         downstreams = sorted(a.downstream for a in kept.values())
         assert not (downstreams and downstreams[0] < 3 < downstreams[-1] and 3 not in downstreams), (k, writes)
+
+
+def test_more_replays_than_the_bound_keep_the_first_anchor_marked_coarse_and_write_the_mark_before_any_tombstone(
+        ) -> None:
+    """Invariant C: every batch a replay (a query restarted each time), so barriers alone exceed the bound."""
+    store = PartitionAnchors(4, 0)
+    compacted: dict[int, Anchor] = {}
+    for i in range(12):
+        store.record_batch(Anchor(10 * i, 10 * i), Anchor(10 * i + 9, 10 * i + 9), replay=True, fresh=i == 0)
+        writes = store.drain()
+        marked = [k for k, (_, a) in enumerate(writes) if a is not None and a.coarse]
+        tombstones = [k for k, (_, a) in enumerate(writes) if a is None]
+        assert not marked or not tombstones or marked[0] < tombstones[0], writes  # W
+        for slot, anchor in writes:
+            if anchor is None:
+                compacted.pop(slot, None)
+            else:
+                compacted[slot] = anchor
+        assert len(store) <= 4 and sorted(compacted.values(), key=lambda a: a.downstream) == store.anchors
+    first = store.anchors[0]
+    assert first.origin and first.coarse and (first.upstream, first.downstream) == (0, 0)
+    assert not any(a.coarse for a in store.anchors[1:])
+    assert PartitionAnchors(4, 0, compacted.items()).anchors == store.anchors  # a restart reads the mark back

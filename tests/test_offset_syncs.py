@@ -12,7 +12,7 @@ from mirrorflow.rules.offset_syncs import LOSS_RANGES, AnchorRecord, Incarnation
 
 
 def test_records_round_trip_through_the_wire_format() -> None:
-    anchor = AnchorRecord("orders.eu", 7, 254, Anchor(123_456_789_012, 42, barrier=True, origin=True))
+    anchor = AnchorRecord("orders.eu", 7, 254, Anchor(123_456_789_012, 42, barrier=True, origin=True, coarse=True))
     position = Position("orders.eu", 7, 123_456_790_012, 1042, Anchor(123_456_789_900, 1000, barrier=True))
     first = Position("orders.eu", 7, 10, 3, Anchor(0, 0, barrier=True, origin=True))
     assert offset_syncs.decode(first.key(), first.value()) == (("orders.eu", 7), first)

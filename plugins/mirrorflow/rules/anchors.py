@@ -17,18 +17,24 @@ Invariants, each tested (tests/test_anchors.py, on simulated histories with repl
      records in (A.downstream, B.downstream] have upstream >= U on a suffix only (false..false, true..true),
      so a binary search over the target finds the first one; after the last anchor the same holds up to
      the partition's position.
-  T. thinning drops only a non-barrier anchor X whose kept neighbours satisfy P.upstream < X.upstream <
-     N.upstream, never the first or the last one: R holds for the merged bracket, the answers do not change.
+  T. thinning drops only a non-barrier, non-coarse anchor X whose kept neighbours satisfy
+     P.upstream < X.upstream < N.upstream, never the first or the last one: R holds for the merged bracket, the
+     answers do not change.
+  C. when barriers alone exceed the bound, the oldest anchors after the first go; if a barrier is among them,
+     the first is marked `coarse`: R may not hold in its bracket, and an answer there is the bracket's start
+     (translation C: never past T(U), inexact). The first anchor stays, so no offset the source still holds
+     falls below every anchor.
   P. `prune_below(L)` keeps the last anchor with upstream < L and everything after it: the answer for
      every U >= L is unchanged, and below the first anchor (no longer the origin) the answer is inexact.
   B. at most `limit` anchors, whatever the history; each has a slot in [0, limit), its record key on the
      compacted offset-syncs topic, so the topic holds at most `limit` anchors per partition.
-  W. any prefix of a drain's writes, applied to what the topic held, leaves anchors for which R holds (a crash
-     part way through the driver's writes): anchors moved into a smaller limit's slots first (copies, never
-     missing), then the tombstones of dropped anchors oldest first (pruning takes the oldest, P; thinning only
-     non-barriers, T), then the new anchors oldest first (as batches record them). A slot both dropped and given
-     a new anchor is written twice: its tombstone in its place, then the anchor. Not covered: a smaller limit
-     whose moved anchors find only slots just dropped; the move then removes the dropped anchor first.
+  W. any prefix of a drain's writes, applied to what the topic held, leaves anchors for which R (or C) holds
+     (a crash part way through the driver's writes): anchors moved into a smaller limit's slots, and the first
+     anchor marked coarse, first (copies, never missing), then the tombstones of dropped anchors oldest first
+     (pruning takes the oldest, P; thinning only non-barriers, T), then the new anchors oldest first (as batches
+     record them). A slot both dropped and given a new anchor is written twice: its tombstone in its place, then
+     the anchor. Not covered: a smaller limit whose moved anchors find only slots just dropped, or a first anchor
+     marked coarse in a slot just dropped; the move then removes the dropped anchor first.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class Anchor:
     downstream: int
     barrier: bool = False  # the first record of a possible replay: never thinned
     origin: bool = False  # the first record this flow ever wrote to the partition
+    coarse: bool = False  # C: the bracket from here to the next anchor lost a barrier to the bound
 
 
 class PartitionAnchors:
@@ -101,7 +108,8 @@ class PartitionAnchors:
         """Move the newest sample forward instead of adding one while it is within `spacing` of the one before."""
         if len(self.anchors) >= 2:
             head, before = self.anchors[-1], self.anchors[-2]
-            movable = (not head.barrier and not head.origin and before.upstream < head.upstream < anchor.upstream
+            movable = (not head.barrier and not head.origin and not head.coarse
+                       and before.upstream < head.upstream < anchor.upstream
                        and anchor.downstream - before.downstream <= self.spacing)
             if movable:
                 self.anchors[-1] = anchor
@@ -136,13 +144,27 @@ class PartitionAnchors:
         while len(self.anchors) > target:
             drop = self._thinnable(ratio)
             if len(self.anchors) - len(drop) <= target or ratio > 1e9:
-                if len(self.anchors) - len(drop) > target:  # barriers alone exceed the bound: oldest go
+                if len(self.anchors) - len(drop) > target:  # barriers alone exceed the bound (C)
                     self._drop(drop)
-                    self._drop(range(len(self.anchors) - target))
+                    oldest = range(1, len(self.anchors) - target + 1)
+                    if any(self.anchors[i].barrier or self.anchors[i].coarse for i in oldest):
+                        self._mark_coarse()
+                    self._drop(oldest)
                 else:
                     self._drop(drop)
                 return
             ratio *= 2
+
+    def _mark_coarse(self) -> None:
+        first = self.anchors[0]
+        if first.coarse:
+            return
+        self.anchors[0] = replace(first, coarse=True)
+        slot = self.slots[0]
+        if slot >= 0:  # -1: misplaced, the constructor moves it into a slot (written first)
+            self._moved[slot] = self.anchors[0]
+            if slot in self._added:
+                self._added[slot] = self.anchors[0]
 
     def _thinnable(self, ratio: float) -> list[int]:
         """Anchors whose removal keeps every gap within max(spacing, ratio * distance from the head), by rule T."""
@@ -155,7 +177,8 @@ class PartitionAnchors:
         for i in range(len(a) - 2, 0, -1):
             x, p = a[i], a[i - 1]
             allowed = max(self.spacing, (head - x.downstream) * ratio)
-            if not x.barrier and p.upstream < x.upstream < chain_u and kept_d - p.downstream <= allowed:
+            thinnable = not x.barrier and not x.coarse and p.upstream < x.upstream < chain_u
+            if thinnable and kept_d - p.downstream <= allowed:
                 drop.append(i)
             else:
                 kept_d = x.downstream

@@ -15,7 +15,8 @@ An anchor is keyed by its slot, so compaction keeps at most `limit` of them per 
 by its partition. Wire format (Kafka protocol types, big-endian; strings are int16 length + UTF-8;
 -1 stands for "none" on the wire only):
   anchor key      {kind: int16 = 2, topic: string, partition: int32, slot: int16}
-  anchor value    {version: int16 = 0, upstream: int64, downstream: int64, flags: int16 (1 barrier, 2 origin)}
+  anchor value    {version: int16 = 0, upstream: int64, downstream: int64, flags: int16 (1 barrier, 2 origin,
+                  4 coarse: anchors.py C)}
   position key    {kind: int16 = 1, topic: string, partition: int32}
   position value  {version: int16 = 1, upstream_next: int64, downstream_next: int64,
                    batch_upstream: int64, batch_downstream: int64, flags: int16 (1 replay, 2 origin)}
@@ -50,7 +51,7 @@ from mirrorflow.rules.anchors import Anchor
 
 _RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION, _RESET, _RELEASE, _WRITERS = 0, 1, 2, 3, 4, 5, 6, 7
 LOSS_RANGES = 8
-_BARRIER, _ORIGIN, _REPLAY = 1, 2, 1
+_BARRIER, _ORIGIN, _COARSE, _REPLAY = 1, 2, 4, 1
 TopicPartition = tuple[str, int]
 
 
@@ -81,7 +82,7 @@ class AnchorRecord:
         if a is None:
             return None
         return struct.pack(">hqqh", 0, a.upstream, a.downstream, (_BARRIER if a.barrier else 0)
-                           | (_ORIGIN if a.origin else 0))
+                           | (_ORIGIN if a.origin else 0) | (_COARSE if a.coarse else 0))
 
 
 @dataclass(frozen=True)
@@ -230,7 +231,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
         if value is None:
             return (topic, partition), AnchorRecord(topic, partition, slot, None)
         _, upstream, downstream, flags = struct.unpack(">hqqh", value)
-        anchor = Anchor(upstream, downstream, barrier=bool(flags & _BARRIER), origin=bool(flags & _ORIGIN))
+        anchor = Anchor(upstream, downstream, barrier=bool(flags & _BARRIER), origin=bool(flags & _ORIGIN),
+                        coarse=bool(flags & _COARSE))
         return (topic, partition), AnchorRecord(topic, partition, slot, anchor)
     if kind == _RELEASE:
         return (topic, partition), Release(None if value is None else struct.unpack_from(">q", value, 2)[0])

@@ -26,6 +26,8 @@ Invariants, each tested (tests/test_translation.py):
   N. MM2's rule on sampled syncs is never past T(U): T(U) - mm2(U) is the re-reads MM2 would cost;
   F. failback: no mirrored source offset lies between U and source_offset(T(U));
   P. thinning and pruning the anchors never change T(U) for a U still on the source.
+  C. in a bracket marked coarse (anchors.py C: the bound dropped a replay's barrier there) the answer is the
+     bracket's start, one past a copy of a record below U: never past T(U), marked inexact with why.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import Position
 
 SCAN_WINDOW = 2_048  # below this many target offsets a bracket is read through rather than bisected
+COARSE_NOTE = ("more replays than mirrorflow.offset-syncs.anchors.max holds within the source's retention dropped an "
+               "offset sync here")
 
 
 class TargetReader(Protocol):
@@ -128,6 +132,11 @@ def target_offsets(syncs: PartitionSyncs, uppers: Iterable[int], reader: TargetR
             continue
         lo = anchors[i].downstream + 1
         hi = anchors[i + 1].downstream if i + 1 < len(anchors) else max(syncs.downstream_next, lo)
+        if anchors[i].coarse:
+            for u in group:
+                out[u] = _marked(syncs, u, lo, COARSE_NOTE + ": resumed just past the newest offset sync below "
+                                                            "(may re-read)", exact=False)
+            continue
         if reader is None:
             for u in group:
                 out[u] = _marked(syncs, u, lo, "provenance headers are off: resumed just past the newest offset "
@@ -209,6 +218,8 @@ def source_offset(syncs: PartitionSyncs, downstream: int, reader: TargetReader |
             note = note or f"below the oldest offset sync kept (target offset {first.downstream})"
         return Translation(first.upstream, exact and first.origin, note)
     consumed = max(a.upstream for a in anchors[:j + 1])
+    if anchors[j].coarse:  # C: every term of `consumed` is still a consumed copy, so the answer never skips one
+        exact, note = False, note or COARSE_NOTE + ": resumed one past the newest copy known consumed (may re-read)"
     if reader is not None:
         last = reader.last_before(downstream, anchors[j].downstream + 1)
         if last is not None:
