@@ -75,7 +75,7 @@ drill: setup
 	PYTHONPATH=tests $(BIN)/python -m support.dr_drill --seconds 30
 
 # MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd; across a WAN through Toxiproxy) vs Kafka's perf
-# tools, one run (about 40 minutes, 11 of them idle spells; not part of `make test`).
+# tools, one run (about 50 minutes, 11 of them idle spells; not part of `make test`).
 bench: setup toxiproxy
 	$(BIN)/python tests/benchmarks/mirror.py --compression lz4,zstd
 
