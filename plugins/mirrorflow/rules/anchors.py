@@ -17,13 +17,12 @@ Invariants, each tested (tests/test_anchors.py, on simulated histories with repl
      records in (A.downstream, B.downstream] have upstream >= U on a suffix only (false..false, true..true),
      so a binary search over the target finds the first one; after the last anchor the same holds up to
      the partition's position.
-  T. thinning drops only a non-barrier, non-coarse anchor X whose kept neighbours satisfy
-     P.upstream < X.upstream < N.upstream, never the first or the last one: R holds for the merged bracket, the
-     answers do not change.
+  T. thinning drops only a non-barrier anchor X whose kept neighbours satisfy P.upstream < X.upstream <
+     N.upstream, never the first or the last one: R holds for the merged bracket, the answers do not change.
   C. when barriers alone exceed the bound, the oldest anchors after the first go; if a barrier is among them,
-     the first is marked `coarse`: R may not hold in its bracket, and an answer there is the bracket's start
-     (translation C: never past T(U), inexact). The first anchor stays, so no offset the source still holds
-     falls below every anchor.
+     the first (the only anchor ever coarse) is marked `coarse`: R may not hold in its bracket, and an answer
+     there is the bracket's start (translation C: never past T(U), inexact). The first anchor stays, so no
+     offset the source still holds falls below every anchor.
   P. `prune_below(L)` keeps the last anchor with upstream < L and everything after it: the answer for
      every U >= L is unchanged, and below the first anchor (no longer the origin) the answer is inexact.
   B. at most `limit` anchors, whatever the history; each has a slot in [0, limit), its record key on the
@@ -108,8 +107,7 @@ class PartitionAnchors:
         """Move the newest sample forward instead of adding one while it is within `spacing` of the one before."""
         if len(self.anchors) >= 2:
             head, before = self.anchors[-1], self.anchors[-2]
-            movable = (not head.barrier and not head.origin and not head.coarse
-                       and before.upstream < head.upstream < anchor.upstream
+            movable = (not head.barrier and not head.origin and before.upstream < head.upstream < anchor.upstream
                        and anchor.downstream - before.downstream <= self.spacing)
             if movable:
                 self.anchors[-1] = anchor
@@ -147,7 +145,7 @@ class PartitionAnchors:
                 if len(self.anchors) - len(drop) > target:  # barriers alone exceed the bound (C)
                     self._drop(drop)
                     oldest = range(1, len(self.anchors) - target + 1)
-                    if any(self.anchors[i].barrier or self.anchors[i].coarse for i in oldest):
+                    if any(self.anchors[i].barrier for i in oldest):
                         self._mark_coarse()
                     self._drop(oldest)
                 else:
@@ -163,8 +161,7 @@ class PartitionAnchors:
         slot = self.slots[0]
         if slot >= 0:  # -1: misplaced, the constructor moves it into a slot (written first)
             self._moved[slot] = self.anchors[0]
-            if slot in self._added:
-                self._added[slot] = self.anchors[0]
+            self._added.pop(slot, None)  # written once, with the moves
 
     def _thinnable(self, ratio: float) -> list[int]:
         """Anchors whose removal keeps every gap within max(spacing, ratio * distance from the head), by rule T."""
@@ -177,8 +174,7 @@ class PartitionAnchors:
         for i in range(len(a) - 2, 0, -1):
             x, p = a[i], a[i - 1]
             allowed = max(self.spacing, (head - x.downstream) * ratio)
-            thinnable = not x.barrier and not x.coarse and p.upstream < x.upstream < chain_u
-            if thinnable and kept_d - p.downstream <= allowed:
+            if not x.barrier and p.upstream < x.upstream < chain_u and kept_d - p.downstream <= allowed:
                 drop.append(i)
             else:
                 kept_d = x.downstream
