@@ -36,6 +36,9 @@ def port() -> int:
     """The embedded Airflow's port: `$MIRRORFLOW_AIRFLOW_PORT`, else 8080 (read at each use)."""
     return int(os.environ.get("MIRRORFLOW_AIRFLOW_PORT", "8080"))
 START_TIMEOUT_S = 300.0
+# SQLite lets one writer in at a time. A request that waited on the scheduler's write gave up after pysqlite's
+# default 5 s and the API server answered HTTP 500: a run triggered on a busy 2-core host was refused so.
+SQLITE_CONNECT_ARGS: dict[str, Any] = {"timeout": 60}
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ def environment(project: Path, config_path: Path) -> dict[str, str]:
         # On a busy 2-core host the API server took 6.8 s to move a starting task to running; the task's retry
         # after the default 5 s was refused (already running) and the task killed: a failed run on the first page.
         "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": f"{__name__}.SQLITE_CONNECT_ARGS",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": f"{__name__}.SQLITE_CONNECT_ARGS",
         "MIRRORFLOW_CONFIG": str(config_path),
         "MIRRORFLOW_HOME": str(paths.home()),
         "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
@@ -139,7 +144,8 @@ def token() -> str:
 
 
 def api(method: str, path: str, body: Mapping[str, Any] | None = None) -> tuple[int, Any]:
-    """One call to the embedded Airflow's REST API as the admin user: (HTTP status, JSON reply or None)."""
+    """One call to the embedded Airflow's REST API as the admin user: (HTTP status, JSON reply or None); a refusal's
+    reply is its error body, so whoever asserts on the status can say why."""
     return _call(method, path, body, token())
 
 
@@ -153,7 +159,11 @@ def _call(method: str, path: str, body: Mapping[str, Any] | None = None, token: 
             text = reply.read()
             return reply.status, json.loads(text) if text else None
     except urllib.error.HTTPError as exc:
-        return exc.code, None
+        text = exc.read()
+        try:
+            return exc.code, json.loads(text) if text else None
+        except ValueError:
+            return exc.code, text.decode(errors="replace")
 
 
 def _prepare_database(env: Mapping[str, str]) -> None:
