@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test test-unit lint docs browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos bench-slice stop clean
+.PHONY: setup demo test test-unit lint docs browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos bench-slice bench-scale stop clean
 
 # The class archive local Spark sessions start from (once per JDK and jar set; spark/class_archive.py).
 setup: $(BIN)/mirrorflow
@@ -99,6 +99,11 @@ bench-eos: setup
 # partition's first write in a transaction (about 2 minutes; not part of `make test`).
 bench-slice: setup
 	$(BIN)/python tests/benchmarks/slice.py
+
+# One flow at 2,400, 12,000 and 24,000 partitions against 12, with 5,000 groups: copy, restart, idle cost, state and
+# checkpoint rounds on the LAN and across a WAN link (not part of `make test`).
+bench-scale: setup toxiproxy
+	$(BIN)/python tests/benchmarks/scale.py
 
 stop:
 	-[ -x $(BIN)/mirrorflow ] && $(BIN)/mirrorflow traffic stop

@@ -1,0 +1,405 @@
+"""Production shape: one flow over thousands of partitions, its state, planning and checkpoint rounds by size.
+
+    make bench-scale    # or: .venv/bin/python tests/benchmarks/scale.py [--sizes 2400,12000,24000]
+
+Two local clusters of two brokers each (one broker's open-file limit here is 20,000), purged between sizes, under
+a temporary MIRRORFLOW_HOME. First the 12-partition reference (one topic), then per size topics of 12 partitions
+(200, 1,000, 2,000 topics: the shape of 2,000 topics x 12), each time the same records (`--records`, 100 B each)
+spread over every partition before the flow starts. Per size it measures:
+  - first copy: seconds from launching `mirrorflow stream` until the target holds a mirrored record;
+  - throughput: records per second from the first mirrored record to the last, against the reference's;
+  - peak PSS of the flow's process tree while it copies, against the reference's;
+  - idle: the cores the flow's tree takes over IDLE_S once it has copied everything (driver, JVM, Python
+    workers and planner apart);
+  - the offset-log entry Spark writes for a batch in which 100 partitions moved (bytes);
+  - restart: seconds from launching the stream again (SIGTERM before) until a record produced then is mirrored;
+  - the offset-sync state a restart reads: live records, seconds and MiB (peak RSS growth) of reading it whole in
+    a process of its own (`offset_sync_log.read`);
+  - a checkpoint round (`mirrorflow checkpoint --flow`, a process of its own) for `--groups` consumer groups, group
+    i committed at random offsets on every partition of topic i mod topics: seconds and the process's peak RSS, on
+    the LAN and with the target behind a link delayed WAN_ONE_WAY_MS each way (Toxiproxy; the task beside the
+    source, the target across the WAN). A round still running after `--round-limit` seconds is stopped and
+    recorded as that limit, marked `capped`.
+Prints a Markdown table; writes bench-scale.json ({"sizes": [{...}, ...]}, one object per size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support, benchmarks
+from benchmarks.mirror import PeakMemory, cpu_seconds  # noqa: E402
+
+QUIET = {"log_level": 3}
+SRC, DST = (27000, 27002), (27100, 27102)  # broker ports; each node's controller listens on port + 1
+WAN = ((27110, 27210), (27112, 27212))  # the target's nodes: (second listener, Toxiproxy port advertised)
+WAN_API = 27299
+WAN_ONE_WAY_MS = 25
+PARTITIONS_PER_TOPIC = 12
+IDLE_S = 30.0
+SIZE = 100
+
+
+def servers(ports: tuple[int, ...]) -> str:
+    return ",".join(f"127.0.0.1:{p}" for p in ports)
+
+
+def properties(prefix: str, target: str) -> str:
+    return "\n".join([
+        "clusters = src, dst", f"src.bootstrap.servers = {servers(SRC)}", f"dst.bootstrap.servers = {target}",
+        "replication.factor = 1", "offset-syncs.topic.replication.factor = 1",
+        "checkpoints.topic.replication.factor = 1", "heartbeats.topic.replication.factor = 1",
+        "src->dst.enabled = true", f"src->dst.topics = {prefix}.*", "groups = scale-.*",
+        "emit.heartbeats.enabled = false", "sync.group.offsets.enabled = false", ""])
+
+
+def topic_names(prefix: str, partitions: int) -> list[str]:
+    return [f"{prefix}{i:04d}" for i in range(partitions // PARTITIONS_PER_TOPIC)]
+
+
+def create(topics: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": servers(SRC), **QUIET})
+    for at in range(0, len(topics), 250):
+        for made in admin.create_topics([NewTopic(t, PARTITIONS_PER_TOPIC, 1) for t in topics[at:at + 250]],
+                                        request_timeout=120).values():
+            made.result(180)
+
+
+def produce(topics: list[str], records: int, partitions: list[tuple[str, int]] | None = None) -> None:
+    """`records` of SIZE bytes, round robin over every partition of `topics` (or over `partitions`)."""
+    every = partitions or [(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)]
+    producer = Producer({"bootstrap.servers": servers(SRC), "linger.ms": 50, "batch.size": 1 << 20,
+                         "queue.buffering.max.messages": 1_000_000, **QUIET})
+    payload = b"x" * SIZE
+    for i in range(records):
+        topic, partition = every[i % len(every)]
+        while True:
+            try:
+                producer.produce(topic, payload, partition=partition)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 20_000 == 0:
+            producer.poll(0)
+    if producer.flush(300):
+        raise RuntimeError("records left unsent after 300 s")
+
+
+def target_sum(admin: AdminClient, topics: list[str]) -> int:
+    """The sum of the remote topics' end offsets on the target (0 while they do not exist yet)."""
+    asked = {TopicPartition(f"src.{t}", p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+             for t in topics for p in range(PARTITIONS_PER_TOPIC)}
+    total = 0
+    for future in admin.list_offsets(asked, request_timeout=30).values():
+        with contextlib.suppress(KafkaException):
+            total += future.result().offset
+    return total
+
+
+class Flow:
+    def __init__(self, config: Path, workdir: Path) -> None:
+        from support.streams import StreamProcess
+
+        self.stream = StreamProcess(config, "src->dst", workdir)
+
+    def start(self) -> float:
+        self.stream.start()
+        return time.monotonic()
+
+    def stop(self) -> None:
+        if self.stream.alive():
+            self.stream.stop()
+
+
+def wait_target(admin: AdminClient, topics: list[str], want: int, flow: Flow, limit_s: float,
+                settle_s: float = 2.0) -> tuple[float, float, int]:
+    """(monotonic time of the first record seen on the target, of the last change, the sum then) once the target's
+    remote topics hold `want` records (end offsets: commit markers count too) and have not moved for `settle_s`."""
+    first = last_change = 0.0
+    last = -1
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        n = target_sum(admin, topics)
+        now = time.monotonic()
+        if n and not first:
+            first = now
+        if n != last:
+            last, last_change = n, now
+        if n >= want and now - last_change >= settle_s:
+            return first, last_change, n
+        if not flow.stream.alive():
+            raise RuntimeError(f"the stream exited ({flow.stream.log})")
+        time.sleep(0.5)
+    raise RuntimeError(f"{last:,} of {want:,} records on the target after {limit_s:.0f} s ({flow.stream.log})")
+
+
+def anchor_bound() -> int:
+    from mirrorflow.model import keys
+
+    return int(next(k.default for k in keys.FLOW_KEYS if k.name == "mirrorflow.offset-syncs.anchors.max"))
+
+
+def newest_offset_log_entry(checkpoint: Path) -> tuple[int, int]:
+    """(batch id, bytes) of the newest entry of Spark's offset log."""
+    entries = [p for p in (checkpoint / "offsets").iterdir() if p.name.isdigit()]
+    newest = max(entries, key=lambda p: int(p.name))
+    return int(newest.name), newest.stat().st_size
+
+
+def in_own_process(code: str, config: Path, limit_s: float) -> tuple[float, float, str, bool]:
+    """(seconds, peak RSS in MiB, stdout, capped) of `code` run by this Python in a process of its own."""
+    begun = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, "MIRRORFLOW_CONFIG": str(config)})
+    capped = False
+    try:
+        out, _ = proc.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        capped = True
+    seconds = time.monotonic() - begun
+    peak = _peak_rss_mib(out.decode(errors="replace"))
+    if proc.returncode not in (0, None) and not capped:
+        raise RuntimeError(f"`{code[:60]}...` failed ({proc.returncode}):\n{out.decode(errors='replace')[-3000:]}")
+    return seconds, peak, out.decode(errors="replace"), capped
+
+
+def _peak_rss_mib(out: str) -> float:
+    for line in out.splitlines():
+        if line.startswith("peak_rss_kib="):
+            return int(line.split("=", 1)[1]) / 1024
+    return float("nan")
+
+
+PEAK = "import resource; print(f'peak_rss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', flush=True)"
+
+SYNC_READ = f"""
+import resource, time, os
+from mirrorflow.model import config
+from mirrorflow.kafka import offset_sync_log
+from mirrorflow.rules import offset_syncs
+cfg = config.load(os.environ["MIRRORFLOW_CONFIG"])
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+begun = time.monotonic()
+state = offset_sync_log.read({{"bootstrap.servers": cfg.cluster("dst").bootstrap_servers, "log_level": 3}},
+                             offset_syncs.topic_name("src"))
+print(f"read_s={{time.monotonic() - begun:.3f}}")
+print(f"live={{state.live_records()}}")
+print(f"grown_kib={{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}}")
+{PEAK}
+"""
+
+ROUND = f"""
+import sys, time
+from mirrorflow.entry.cli.main import main
+begun = time.monotonic()
+try:
+    code = main(["checkpoint", "--flow", "src->dst"])
+except SystemExit as exit:
+    code = exit.code
+print(f"round_s={{time.monotonic() - begun:.3f}} exit={{code}}")
+{PEAK}
+"""
+
+
+def value(out: str, key: str) -> float:
+    for line in out.splitlines():
+        for word in line.split():
+            if word.startswith(f"{key}="):
+                return float(word.split("=", 1)[1])
+    raise RuntimeError(f"no {key} in:\n{out[-3000:]}")
+
+
+def commit_groups(topics: list[str], groups: int, rng: random.Random) -> int:
+    """Group i commits a random offset on every partition of topic i mod len(topics); group-partitions committed."""
+    admin = AdminClient({"bootstrap.servers": servers(SRC), **QUIET})
+    ends = {(tp.topic, tp.partition): f.result().offset for tp, f in admin.list_offsets(
+        {TopicPartition(t, p): OffsetSpec.latest() for t in topics  # type: ignore[no-untyped-call]
+         for p in range(PARTITIONS_PER_TOPIC)}, request_timeout=60).items()}
+    committed = 0
+    for at in range(0, groups, 200):
+        futures = []
+        for g in range(at, min(groups, at + 200)):
+            topic = topics[g % len(topics)]
+            offsets = [TopicPartition(topic, p, rng.randrange(0, ends[(topic, p)] + 1))
+                       for p in range(PARTITIONS_PER_TOPIC)]
+            futures.append(admin.alter_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(f"scale-{g}", offsets)])[f"scale-{g}"])
+            committed += len(offsets)
+        for f in futures:
+            f.result(120)
+    return committed
+
+
+def measure(home: Path, partitions: int, args: argparse.Namespace, reference: dict[str, Any] | None
+            ) -> dict[str, Any]:
+    from mirrorflow.dev import local, netfaults
+    from mirrorflow.model import config
+
+    prefix = f"s{partitions}-"
+    work = home / f"p{partitions}"
+    work.mkdir()
+    lan, wan = work / "lan.properties", work / "wan.properties"
+    lan.write_text(properties(prefix, servers(DST)))
+    wan.write_text(properties(prefix, servers(tuple(proxy for _, proxy in WAN))))
+    cfg = config.load(lan)
+    links = netfaults.Toxiproxy(WAN_API, work / "toxiproxy.log").start()
+    row: dict[str, Any] = {"partitions": partitions}
+    flow = Flow(lan, work / "flow")
+    try:
+        local.up(cfg, proxied={"dst": list(WAN)})
+        topics = topic_names(prefix, partitions)
+        begun = time.monotonic()
+        create(topics)
+        produce(topics, args.records)
+        print(f"{partitions:,} partitions: {len(topics):,} topics created and {args.records:,} records produced in "
+              f"{time.monotonic() - begun:.0f} s", flush=True)
+        admin = AdminClient({"bootstrap.servers": servers(DST), **QUIET})
+        os.sync()
+        launched = flow.start()
+        peak = PeakMemory(flow.stream.proc.pid)
+        first, last, n = wait_target(admin, topics, args.records, flow, args.copy_limit)
+        _, row["peak_pss_mib"] = peak.stop()
+        row["first_copy_s"] = first - launched
+        row["rps"] = args.records / (last - first) if last > first else float("nan")
+        print(f"  copied {n:,} records: first {row['first_copy_s']:.1f} s after launch, {row['rps']:,.0f} records/s, "
+              f"peak PSS {row['peak_pss_mib']:,.0f} MiB", flush=True)
+
+        time.sleep(10)
+        roots = {"mirror": flow.stream.proc.pid}
+        before = cpu_seconds(roots)
+        time.sleep(IDLE_S)
+        after = cpu_seconds(roots)
+        row["idle_cores_by_process"] = {k: (after[k] - before.get(k, 0.0)) / IDLE_S for k in after}
+        row["idle_cores"] = sum(row["idle_cores_by_process"].values())
+        print(f"  idle: {row['idle_cores']:.3f} cores {row['idle_cores_by_process']}", flush=True)
+
+        moved = [(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)][:: max(1, partitions // 100)][:100]
+        batch_before, _ = newest_offset_log_entry(flow.stream.checkpoint)
+        produce(topics, 10 * len(moved), moved)
+        wait_target(admin, topics, args.records + 10 * len(moved), flow, 300)
+        batch, size = newest_offset_log_entry(flow.stream.checkpoint)
+        row["offset_log_bytes_per_batch_100_moved"] = size
+        print(f"  offset-log entry of batch {batch} (after {batch_before}, {len(moved)} partitions moved): "
+              f"{size:,} bytes", flush=True)
+
+        every = [(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)]
+        rounds = args.history if args.history is not None else anchor_bound() + 2
+        begun, mirrored = time.monotonic(), args.records + 10 * len(moved)
+        for _ in range(rounds):  # a flow that has run a while: each round a batch at least, every partition moved
+            produce(topics, len(every), every)
+            mirrored += len(every)
+            wait_target(admin, topics, mirrored, flow, 600, settle_s=0.0)
+        print(f"  history: {rounds} rounds of a record to every partition in {time.monotonic() - begun:.0f} s",
+              flush=True)
+        row["history_rounds"] = rounds
+
+        flow.stop()
+        old = target_sum(admin, topics)
+        relaunched = flow.start()
+        produce(topics, len(moved), moved)
+        while target_sum(admin, topics) <= old:
+            if time.monotonic() - relaunched > 600 or not flow.stream.alive():
+                raise RuntimeError(f"nothing mirrored within 600 s of the restart ({flow.stream.log})")
+            time.sleep(0.25)
+        row["restart_first_copy_s"] = time.monotonic() - relaunched
+        print(f"  restart: the first new record mirrored {row['restart_first_copy_s']:.1f} s after the launch",
+              flush=True)
+        wait_target(admin, topics, mirrored + len(moved), flow, 600)
+        flow.stop()
+
+        seconds, peak_mib, out, _ = in_own_process(SYNC_READ, lan, 900)
+        row["sync_read_s"] = value(out, "read_s")
+        row["sync_read_mib"] = value(out, "grown_kib") / 1024
+        row["sync_records_live"] = int(value(out, "live"))
+        print(f"  offset syncs a restart reads: {row['sync_records_live']:,} live records in "
+              f"{row['sync_read_s']:.1f} s, {row['sync_read_mib']:.0f} MiB", flush=True)
+
+        row["group_partitions"] = commit_groups(topics, args.groups, random.Random(7))
+        for where, path in (("lan", lan), ("wan", wan)):
+            if where == "wan":
+                for node, (listener, proxy) in enumerate(WAN):
+                    name = f"dst-{node}"
+                    links.add(netfaults.Link(name, f"127.0.0.1:{proxy}", f"127.0.0.1:{listener}"))
+                    links.delay(name, WAN_ONE_WAY_MS)
+            seconds, peak_mib, out, capped = in_own_process(ROUND, path, args.round_limit)
+            row[f"checkpoint_round_s_{where}"] = seconds if capped else value(out, "round_s")
+            if not capped and value(out, "exit") != 0:
+                raise RuntimeError(f"the checkpoint round failed ({where}):\n{out[-3000:]}")
+            row[f"checkpoint_round_capped_{where}"] = capped
+            row["checkpoint_task_peak_mib"] = max(row.get("checkpoint_task_peak_mib", 0.0), peak_mib)
+            print(f"  checkpoint round, {args.groups:,} groups ({row['group_partitions']:,} group-partitions), "
+                  f"{where}: {row[f'checkpoint_round_s_{where}']:.1f} s{' (capped)' if capped else ''}, "
+                  f"peak RSS {peak_mib:,.0f} MiB", flush=True)
+        row["checkpoint_requests"] = None  # not counted yet
+    finally:
+        flow.stop()
+        links.stop()
+        local.down(cfg, purge=True)
+    if reference is not None:
+        row["rps_over_12"] = row["rps"] / reference["rps"]
+        row["peak_pss_over_12"] = row["peak_pss_mib"] / reference["peak_pss_mib"]
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="2400,12000,24000", help="partitions of the flow, one measurement each")
+    ap.add_argument("--records", type=int, default=2_400_000, help="records each size copies (100 B each)")
+    ap.add_argument("--groups", type=int, default=5_000)
+    ap.add_argument("--history", type=int, default=None, help="rounds of a record to every partition before the "
+                    "restart (default: the anchor bound + 2, so every partition holds as many anchors as it keeps)")
+    ap.add_argument("--copy-limit", type=float, default=1800.0, help="seconds a copy may take")
+    ap.add_argument("--round-limit", type=float, default=900.0, help="seconds a checkpoint round may take")
+    args = ap.parse_args()
+    home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-scale-"))
+    os.environ["MIRRORFLOW_HOME"] = str(home)
+    os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
+    os.environ.setdefault("MIRRORFLOW_TOXIPROXY", str(REPO / ".mirrorflow" / "bin" / "toxiproxy-server"))
+    os.environ.setdefault("MIRRORFLOW_BROKER_HEAP", "1g")
+    print(f"work in {home}", flush=True)
+    reference = measure(home, PARTITIONS_PER_TOPIC, args, None)
+    rows = []
+    for size in (int(s) for s in args.sizes.split(",") if s):
+        rows.append(measure(home, size, args, reference))
+        (REPO / "bench-scale.json").write_text(json.dumps({"reference": reference, "sizes": rows}, indent=1))
+    report(reference, rows, args)
+
+
+def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    machine = f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
+    print(f"\n### One flow by partitions ({machine}, one run, {args.records:,} records of {SIZE} B, "
+          f"{args.groups:,} groups)\n")
+    print("| partitions | records/s (x 12) | first copy | restart to first copy | idle cores | offset-log entry, "
+          "100 moved "
+          "| offset syncs read on restart | peak PSS (x 12) | checkpoint round LAN / WAN | round's peak RSS |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in [reference, *rows]:
+        def cap(where: str, r: dict[str, Any] = r) -> str:
+            s = r.get(f"checkpoint_round_s_{where}", float("nan"))
+            return f"{'>' if r.get(f'checkpoint_round_capped_{where}') else ''}{s:.1f} s"
+        print(f"| {r['partitions']:,} | {r['rps']:,.0f} ({r.get('rps_over_12', 1.0):.2f}) | {r['first_copy_s']:.1f} s "
+              f"| {r['restart_first_copy_s']:.1f} s | {r['idle_cores']:.3f} | "
+              f"{r['offset_log_bytes_per_batch_100_moved']:,} B | {r['sync_records_live']:,} in "
+              f"{r['sync_read_s']:.1f} s, {r['sync_read_mib']:.0f} MiB | {r['peak_pss_mib']:,.0f} MiB "
+              f"({r.get('peak_pss_over_12', 1.0):.2f}) | {cap('lan')} / {cap('wan')} | "
+              f"{r['checkpoint_task_peak_mib']:,.0f} MiB |")
+
+
+if __name__ == "__main__":
+    main()
