@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Producer, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,11 +72,21 @@ def topic_names(prefix: str, partitions: int) -> list[str]:
 
 
 def create(topics: list[str]) -> None:
+    """The topics, created and known to every broker with a leader for each partition."""
     admin = AdminClient({"bootstrap.servers": servers(SRC), **QUIET})
     for at in range(0, len(topics), 250):
         for made in admin.create_topics([NewTopic(t, PARTITIONS_PER_TOPIC, 1) for t in topics[at:at + 250]],
                                         request_timeout=120).values():
             made.result(180)
+    deadline = time.monotonic() + 600
+    while True:
+        known = admin.list_topics(timeout=60).topics
+        if all(t in known and len(known[t].partitions) == PARTITIONS_PER_TOPIC
+               and all(p.leader >= 0 for p in known[t].partitions.values()) for t in topics):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the topics created have no leader after 600 s")
+        time.sleep(2)
 
 
 def produce(topics: list[str], records: int, partitions: list[tuple[str, int]] | None = None) -> None:
@@ -93,6 +103,10 @@ def produce(topics: list[str], records: int, partitions: list[tuple[str, int]] |
                 break
             except BufferError:
                 producer.poll(0.05)
+            except KafkaException as exc:  # a topic just created that this producer's metadata lacks yet
+                if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
+                    raise
+                producer.poll(0.5)
         if i % 20_000 == 0:
             producer.poll(0)
     if producer.flush(300):
@@ -194,7 +208,7 @@ from mirrorflow.model import config
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.rules import offset_syncs
 cfg = config.load(os.environ["MIRRORFLOW_CONFIG"])
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
 begun = time.monotonic()
 state = offset_sync_log.read({{"bootstrap.servers": cfg.cluster("dst").bootstrap_servers, "log_level": 3}},
                              offset_syncs.topic_name("src"))
@@ -205,14 +219,21 @@ print(f"grown_kib={{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}
 """
 
 ROUND = f"""
-import sys, time
+import cProfile, os, pstats, sys, time
 from mirrorflow.entry.cli.main import main
+profile = cProfile.Profile() if os.environ.get("SCALE_PROFILE") else None
 begun = time.monotonic()
+if profile is not None:
+    profile.enable()
 try:
     code = main(["checkpoint", "--flow", "src->dst"])
 except SystemExit as exit:
     code = exit.code
-print(f"round_s={{time.monotonic() - begun:.3f}} exit={{code}}")
+seconds = time.monotonic() - begun
+if profile is not None:
+    profile.disable()
+    pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+print(f"round_s={{seconds:.3f}} exit={{code}}")
 {PEAK}
 """
 
@@ -338,6 +359,8 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
                     links.add(netfaults.Link(name, f"127.0.0.1:{proxy}", f"127.0.0.1:{listener}"))
                     links.delay(name, WAN_ONE_WAY_MS)
             seconds, peak_mib, out, capped = in_own_process(ROUND, path, args.round_limit)
+            if args.profile_rounds:
+                (work / f"round-{where}.txt").write_text(out)
             row[f"checkpoint_round_s_{where}"] = seconds if capped else value(out, "round_s")
             if not capped and value(out, "exit") != 0:
                 raise RuntimeError(f"the checkpoint round failed ({where}):\n{out[-3000:]}")
@@ -366,14 +389,21 @@ def main() -> None:
                     "restart (default: the anchor bound + 2, so every partition holds as many anchors as it keeps)")
     ap.add_argument("--copy-limit", type=float, default=1800.0, help="seconds a copy may take")
     ap.add_argument("--round-limit", type=float, default=900.0, help="seconds a checkpoint round may take")
+    ap.add_argument("--reference", type=Path, default=None, help="a bench-scale.json whose 12-partition reference "
+                    "to compare against instead of measuring it again (same machine, same --records and --groups)")
+    ap.add_argument("--profile-rounds", action="store_true", help="profile each checkpoint round (cProfile, the 30 "
+                    "costliest calls by cumulative time, in round-lan.txt / round-wan.txt of the size's folder)")
     args = ap.parse_args()
+    if args.profile_rounds:
+        os.environ["SCALE_PROFILE"] = "1"
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-scale-"))
     os.environ["MIRRORFLOW_HOME"] = str(home)
     os.environ.setdefault("MIRRORFLOW_JAR_CACHE", str(REPO / ".mirrorflow" / "jars"))
     os.environ.setdefault("MIRRORFLOW_TOXIPROXY", str(REPO / ".mirrorflow" / "bin" / "toxiproxy-server"))
     os.environ.setdefault("MIRRORFLOW_BROKER_HEAP", "1g")
     print(f"work in {home}", flush=True)
-    reference = measure(home, PARTITIONS_PER_TOPIC, args, None)
+    reference = (json.loads(args.reference.read_text())["reference"] if args.reference is not None
+                 else measure(home, PARTITIONS_PER_TOPIC, args, None))
     rows = []
     for size in (int(s) for s in args.sizes.split(",") if s):
         rows.append(measure(home, size, args, reference))
