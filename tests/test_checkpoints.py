@@ -24,6 +24,7 @@ from mirrorflow.jobs.checkpoints import Checkpoint
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config, paths
+from mirrorflow.rules import translation
 from mirrorflow.spark import maven
 from support.airflow import deployment
 from support.clusters import PORTS
@@ -202,6 +203,59 @@ def test_a_group_resumes_on_the_target_having_lost_nothing_and_reading_nothing_t
             mm2_rereads[group] = mm2_rereads.get(group, 0) + rows[p].target_offset - (mm2 if mm2 is not None else 0)
     print(f"re-reads per group (3 partitions each): mirrorflow 0; MM2's rule on the same writes {mm2_rereads}")
     assert all(n >= 0 for n in mm2_rereads.values())
+
+
+def test_a_round_reads_the_partitions_of_all_its_groups_side_by_side_and_answers_as_one_at_a_time_does(setup) -> None:  # type: ignore[no-untyped-def]
+    cfg, _, _ = setup
+    rng = random.Random(11)
+    topics = {ORDERS: 3, "c1.behind": 1, "c1.compacted": 1, "c1.sparse": 2}
+    ends = {(t, p): e for t, n in topics.items() for p, e in enumerate(end_offsets(ALPHA, t)[:n])}
+    groups = [f"g-side-{i}" for i in range(12)]
+    for group in groups:
+        _commit(ALPHA, group, {tp: rng.randrange(0, end + 1) for tp, end in ends.items()})
+    offsets = checkpoints.GroupOffsets(FlowLink.of(cfg, "alpha->beta"))
+    try:
+        committed = offsets.committed_many(groups)
+        records = offsets._records("alpha")
+        assignments = records.assignments
+        together = offsets.translate_many(committed)
+        assignments = records.assignments - assignments
+        steps = {}  # each partition's search alone, one read at a time: its answers and how many reads it made
+        copies: dict[tuple[str, int], list[tuple[int, int]]] = {}
+
+        def truth(topic: str, partition: int, upstream: int) -> int:
+            if (topic, partition) not in copies:
+                copies[(topic, partition)] = [(m.offset(), origin(m).offset) for m in
+                                              read_partition(BETA, f"alpha.{topic}", partition, committed=True)]
+            found = copies[(topic, partition)]
+            return next((d for d, u in found if u >= upstream), found[-1][0] + 1)
+        for (topic, partition) in ends:
+            wanted = {committed[g][(topic, partition)][0] for g in groups}
+            counted = _Counting(records.partition(f"alpha.{topic}", topic, partition))
+            syncs = offsets._partition_syncs("alpha", topic, partition)
+            alone = translation.target_offsets(syncs, wanted, counted)
+            steps[(topic, partition)] = counted.reads
+            for group in groups:
+                row = next(r for r in together[group] if (r.source_topic, r.partition) == (topic, partition))
+                u = committed[group][(topic, partition)][0]
+                assert row.exact == alone[u].exact and row.target_offset == max(alone[u].offset or 0, 0), (group, row)
+                if row.exact and ends[(topic, partition)]:  # against the target's records themselves
+                    assert row.target_offset == truth(topic, partition, u), (group, row)
+    finally:
+        offsets.close()
+    print(f"{len(ends)} partitions x {len(groups)} groups: {assignments} assignments; each partition alone: {steps}")
+    # Each step reads every partition still searching at once: no more assignments than the longest search alone
+    # makes reads (fewer when a step's fetch returns more than one read at a time would).
+    assert assignments <= max(steps.values()) < sum(steps.values()), (assignments, steps)
+
+
+class _Counting:
+    def __init__(self, reader: Any) -> None:
+        self.reader, self.reads = reader, 0
+
+    def chunk(self, start: int, end: int) -> list[tuple[int, int]]:
+        self.reads += 1
+        return self.reader.chunk(start, end)  # type: ignore[no-any-return]
 
 
 def test_compaction_holes_in_the_source_are_translated_exactly(setup) -> None:  # type: ignore[no-untyped-def]

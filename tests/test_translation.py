@@ -39,10 +39,6 @@ class ListReader:
                     break
         return out
 
-    def last_before(self, end: int, start: int) -> tuple[int, int] | None:
-        found = [(d, v) for d in range(start, min(end, len(self.target))) if (v := self.target[d]) is not None]
-        return found[-1] if found else None
-
 
 @dataclass
 class History:

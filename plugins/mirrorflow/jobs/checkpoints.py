@@ -35,7 +35,7 @@ from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync, clients, flow_lease, offset_sync_log
 from mirrorflow.kafka.internal_log import InternalLog
 from mirrorflow.kafka.link import FlowLink
-from mirrorflow.kafka.target_reader import TargetRecords
+from mirrorflow.kafka.target_reader import Search, TargetRecords
 from mirrorflow.model import selection
 from mirrorflow.model.config import Flow, MirrorConfig
 from mirrorflow.rules import offset_syncs, wire
@@ -44,8 +44,8 @@ from mirrorflow.rules.translation import (
     TargetReader,
     Translation,
     mm2_comparison,
-    source_offset,
-    target_offsets,
+    source_offsets_steps,
+    target_offsets_steps,
 )
 from mirrorflow.status import metrics
 
@@ -211,20 +211,28 @@ class GroupOffsets:
                 target_topic = self.policy.remote_topic(self.flow.source, topic) if forward else key
                 planned.append((group, topic, partition, offset, metadata, target_topic, upstream))
                 wanted.setdefault((upstream, key, partition), set()).add(offset)
-        answers: dict[tuple[str, str, int], dict[int, Translation]] = {}
         forward_parts = [(key, partition) for upstream, key, partition in wanted if upstream == self.flow.source]
         source_starts = admin_sync.offsets(self.source_admin, self.source.alias, forward_parts,
                                            OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+        searches: dict[str, dict[tuple[str, str, int], Search[dict[int, Translation]]]] = {}
+        readable = self.flow.flag("mirrorflow.provenance.header.enabled")
         for (upstream, key, partition), offsets in wanted.items():
             part = self._partition_syncs(upstream, key, partition)
             if upstream == self.flow.source:
-                reader = self._reader(upstream, self.policy.remote_topic(upstream, key), key, partition)
-                answers[(upstream, key, partition)] = _clamped(
-                    target_offsets(part, {max(o, source_starts[(key, partition)]) for o in offsets}, reader),
-                    offsets, source_starts[(key, partition)], f"{key}-{partition}", self.source.alias)
+                steps = target_offsets_steps(part, {max(o, source_starts[(key, partition)]) for o in offsets},
+                                             readable)
             else:
-                reader = self._reader(upstream, self.policy.remote_topic(upstream, key), key, partition)
-                answers[(upstream, key, partition)] = {o: source_offset(part, o, reader) for o in offsets}
+                steps = source_offsets_steps(part, offsets, readable)
+            searches.setdefault(upstream, {})[(upstream, key, partition)] = Search(
+                self.policy.remote_topic(upstream, key), key, partition, steps)
+        answers: dict[tuple[str, str, int], dict[int, Translation]] = {}
+        for upstream, by_partition in searches.items():
+            answers.update(self._records(upstream).search(by_partition))
+        for (upstream, key, partition), offsets in wanted.items():
+            if upstream == self.flow.source:
+                answers[(upstream, key, partition)] = _clamped(
+                    answers[(upstream, key, partition)], offsets, source_starts[(key, partition)],
+                    f"{key}-{partition}", self.source.alias)
         starts = self._log_starts([(p[5], p[2]) for p in planned])
         out: dict[str, list[PartitionTranslation]] = {}
         for group, topic, partition, offset, metadata, target_topic, upstream in planned:
@@ -274,10 +282,14 @@ class GroupOffsets:
     def _reader(self, upstream_alias: str, remote_topic: str, topic: str, partition: int) -> TargetReader | None:
         if not self.flow.flag("mirrorflow.provenance.header.enabled"):
             return None
+        return self._records(upstream_alias).partition(remote_topic, topic, partition)
+
+    def _records(self, upstream_alias: str) -> TargetRecords:
+        """The reader of the mirrors flow {upstream_alias}->x wrote: on the target, or the reverse's on the source."""
         if upstream_alias not in self._readers:
             on = self.target if upstream_alias == self.flow.source else self.source
             self._readers[upstream_alias] = TargetRecords(clients.settings(on, "consumer"), upstream_alias)
-        return self._readers[upstream_alias].partition(remote_topic, topic, partition)
+        return self._readers[upstream_alias]
 
     def _log_starts(self, partitions: Sequence[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
         if not partitions:

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from mirrorflow.errors import ConfigError
 from mirrorflow.kafka import admin_sync, offset_sync_log
 from mirrorflow.kafka.link import FlowLink
-from mirrorflow.kafka.target_reader import TargetRecords
+from mirrorflow.kafka.target_reader import Search, TargetRecords
 from mirrorflow.model import selection
 from mirrorflow.model.config import Flow
 from mirrorflow.rules import translation
@@ -151,24 +151,27 @@ def plan(link: FlowLink, *, topics: str | None = None, window: Window = EVERYTHI
     remote = {t: link.remote_topic(t) for t, _ in partitions}
     floors = _target_floors(target_admin, target.alias, [(remote[t], p) for t, p in partitions], window.from_ms)
     syncs_state = offset_sync_log.read(link.settings("target", "consumer"), link.syncs_topic)
+    clipped = {(t, p): min(max(starts[(t, p)], earliest[(t, p)]), ends[(t, p)]) for t, p in partitions}
+    syncs = {tp: translation.PartitionSyncs(tuple(syncs_state.anchor_list(tp)), syncs_state.positions.get(tp))
+             for tp in partitions}
     records = TargetRecords(link.settings("target", "consumer"), flow.source)
-    out = []
     try:
-        for t, p in partitions:
-            end = ends[(t, p)]
-            start = min(max(starts[(t, p)], earliest[(t, p)]), end)
-            position = syncs_state.positions.get((t, p))
-            syncs = translation.PartitionSyncs(tuple(syncs_state.anchor_list((t, p))), position)
-            floor = floors[(remote[t], p)]
-            translated = (translation.target_offset(syncs, start, records.partition(remote[t], t, p)).offset
-                          if syncs.anchors else None)
-            if floor is not None and translated is not None:
-                floor = translated if window.from_ms is None else min(floor, translated)
-            loss = syncs_state.losses.get((t, p))
-            out.append(SourceRange(t, p, start, end, remote[t], position.upstream_next if position else None, floor,
-                                   loss.lost if loss else 0, loss.ranges if loss else ()))
+        translated = records.search({tp: Search(remote[tp[0]], tp[0], tp[1],
+                                                translation.target_offsets_steps(syncs[tp], [clipped[tp]]))
+                                     for tp in partitions if syncs[tp].anchors})
     finally:
         records.close()
+    out = []
+    for t, p in partitions:
+        position = syncs[(t, p)].position
+        floor = floors[(remote[t], p)]
+        resumed = translated[(t, p)][clipped[(t, p)]].offset if (t, p) in translated else None
+        if floor is not None and resumed is not None:
+            floor = resumed if window.from_ms is None else min(floor, resumed)
+        loss = syncs_state.losses.get((t, p))
+        out.append(SourceRange(t, p, clipped[(t, p)], ends[(t, p)], remote[t],
+                               position.upstream_next if position else None, floor, loss.lost if loss else 0,
+                               loss.ranges if loss else ()))
     return out
 
 

@@ -15,6 +15,10 @@ anchor A with A.upstream < U and the next one, the mirrors' provenance headers n
 and "source offset >= U" holds on a suffix there (anchors.py, invariant R), so a binary search over the
 target's records finds T(U). The cost is logarithmic in the bracket, which is short near the head.
 
+The search is written as steps: each asks for one `Read` of the target and is given what it returned, so a round
+can run the searches of many partitions side by side, one fetch for all of them per step (kafka/target_reader);
+`target_offsets` and `source_offset` run them one read at a time.
+
 MirrorMaker 2 keeps one sync every `offset.lag.max` records and resumes one past the newest sync at or below
 U. That is never ahead of the data, but it is behind by up to `offset.lag.max` records. Its rule is the
 fallback here when U is beyond what the flow has read (the group is ahead of the mirror): no offset is exact
@@ -33,9 +37,9 @@ Invariants, each tested (tests/test_translation.py):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import Position
@@ -45,17 +49,38 @@ COARSE_NOTE = ("more replays than mirrorflow.offset-syncs.anchors.max holds with
                "offset sync here")
 
 
+Mirrors = list[tuple[int, int]]  # (target offset, source offset) of the mirrors a read returned, in order
+Answer = TypeVar("Answer")
+
+
+@dataclass(frozen=True)
+class Read:
+    """A read of the remote partition a search asks for: the mirrors in [start, end), in order, from `start` on, as
+    many as one fetch returns and at least one unless [start, end) holds none."""
+
+    start: int
+    end: int
+
+
+Steps = Generator[Read, Mirrors, Answer]  # a search: yields each Read, is sent its Mirrors, returns its answer
+
+
 class TargetReader(Protocol):
     """The mirrors of one source partition in the remote partition, read by target offset."""
 
-    def chunk(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(target offset, source offset) of the mirrors in [start, end), in order, from `start` on: as many as
-        one read returns, and at least one unless [start, end) holds none."""
+    def chunk(self, start: int, end: int) -> Mirrors:
+        """What `Read(start, end)` asks for."""
         ...
 
-    def last_before(self, end: int, start: int) -> tuple[int, int] | None:
-        """The last mirror in [start, end), or None."""
-        ...
+
+def run(steps: Steps[Answer], reader: TargetReader) -> Answer:
+    """A search's answer, its reads made one at a time."""
+    try:
+        read = next(steps)
+        while True:
+            read = steps.send(reader.chunk(read.start, read.end))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -110,6 +135,21 @@ def target_offset(syncs: PartitionSyncs, upstream: int, reader: TargetReader | N
 def target_offsets(syncs: PartitionSyncs, uppers: Iterable[int], reader: TargetReader | None
                    ) -> dict[int, Translation]:
     """T(U) for many U of one partition: grouped by bracket, in order, each read starting where the last ended."""
+    steps = target_offsets_steps(syncs, uppers, readable=reader is not None)
+    return run(steps, reader) if reader is not None else _unread(steps)
+
+
+def _unread(steps: Steps[Answer]) -> Answer:
+    try:
+        read = next(steps)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise AssertionError(f"a search without a reader asked for {read}")
+
+
+def target_offsets_steps(syncs: PartitionSyncs, uppers: Iterable[int], readable: bool = True
+                         ) -> Steps[dict[int, Translation]]:
+    """`target_offsets` as steps; with `readable` False (provenance headers off) it asks for no read."""
     wanted = sorted(set(uppers))
     out: dict[int, Translation] = {}
     anchors = syncs.anchors
@@ -137,12 +177,12 @@ def target_offsets(syncs: PartitionSyncs, uppers: Iterable[int], reader: TargetR
                 out[u] = _marked(syncs, u, lo, COARSE_NOTE + ": resumed just past the newest offset sync below "
                                                             "(may re-read)", exact=False)
             continue
-        if reader is None:
+        if not readable:
             for u in group:
                 out[u] = _marked(syncs, u, lo, "provenance headers are off: resumed just past the newest offset "
                                               "sync below (may re-read)", exact=False)
             continue
-        for u, offset in _resolve(reader, group, lo, hi).items():
+        for u, offset in (yield from _resolve(group, lo, hi)).items():
             out[u] = _marked(syncs, u, offset, "")
     return out
 
@@ -154,22 +194,22 @@ def _marked(syncs: PartitionSyncs, upstream: int, offset: int | None, note: str,
     return Translation(offset, exact and not note, note)
 
 
-def _resolve(reader: TargetReader, uppers: Sequence[int], lo: int, hi: int) -> dict[int, int]:
+def _resolve(uppers: Sequence[int], lo: int, hi: int) -> Steps[dict[int, int]]:
     """For sorted U, the first mirror in [lo, hi) with source offset >= U (hi if none): invariant R makes
     "source offset >= U" a suffix property there, and the answers are monotonic in U."""
     out: dict[int, int] = {}
     if len(uppers) > 1 and (hi - lo) <= SCAN_WINDOW * len(uppers):
-        return _scan(reader, uppers, lo, hi)
+        return (yield from _scan(uppers, lo, hi))
     for u in uppers:
-        lo = out[u] = _first_at_least(reader, u, lo, hi)
+        lo = out[u] = yield from _first_at_least(u, lo, hi)
     return out
 
 
-def _scan(reader: TargetReader, uppers: Sequence[int], lo: int, hi: int) -> dict[int, int]:
+def _scan(uppers: Sequence[int], lo: int, hi: int) -> Steps[dict[int, int]]:
     out: dict[int, int] = {}
     k, at = 0, lo
     while k < len(uppers) and at < hi:
-        got = reader.chunk(at, hi)
+        got = yield Read(at, hi)
         if not got:
             break
         for d, u in got:
@@ -182,11 +222,11 @@ def _scan(reader: TargetReader, uppers: Sequence[int], lo: int, hi: int) -> dict
     return out
 
 
-def _first_at_least(reader: TargetReader, upstream: int, lo: int, hi: int) -> int:
+def _first_at_least(upstream: int, lo: int, hi: int) -> Steps[int]:
     best = hi
     while lo < hi:
         mid = lo if hi - lo <= SCAN_WINDOW else (lo + hi) // 2
-        got = reader.chunk(mid, hi)
+        got = yield Read(mid, hi)
         if not got:
             hi = mid
             continue
@@ -203,12 +243,27 @@ def _first_at_least(reader: TargetReader, upstream: int, lo: int, hi: int) -> in
 def source_offset(syncs: PartitionSyncs, downstream: int, reader: TargetReader | None) -> Translation:
     """The inverse, for failback: the source offset a group at target offset `downstream` resumes from,
     one past the newest source record it has consumed a copy of."""
+    steps = source_offset_steps(syncs, downstream, readable=reader is not None)
+    return run(steps, reader) if reader is not None else _unread(steps)
+
+
+def source_offsets_steps(syncs: PartitionSyncs, downstreams: Iterable[int], readable: bool = True
+                         ) -> Steps[dict[int, Translation]]:
+    """`source_offset` for many offsets of one partition, as steps."""
+    out = {}
+    for d in sorted(set(downstreams)):
+        out[d] = yield from source_offset_steps(syncs, d, readable)
+    return out
+
+
+def source_offset_steps(syncs: PartitionSyncs, downstream: int, readable: bool = True) -> Steps[Translation]:
+    """`source_offset` as steps; with `readable` False (provenance headers off) it asks for no read."""
     anchors = syncs.anchors
     j = bisect.bisect_left([a.downstream for a in anchors], downstream) - 1
     written = syncs.downstream_next
     # Past the last copy lie the commit marker of a transactional write and other writers' records: a group there
     # has consumed no copy the syncs do not know of.
-    exact = downstream <= written or (reader is not None and not reader.chunk(written, downstream))
+    exact = downstream <= written or (readable and not (yield Read(written, downstream)))
     note = "" if exact else f"the group is at {downstream}, past what the flow has written ({written})"
     if j < 0:
         if not anchors:
@@ -220,13 +275,30 @@ def source_offset(syncs: PartitionSyncs, downstream: int, reader: TargetReader |
     consumed = max(a.upstream for a in anchors[:j + 1])
     if anchors[j].coarse:  # C: every term of `consumed` is still a consumed copy, so the answer never skips one
         exact, note = False, note or COARSE_NOTE + ": resumed one past the newest copy known consumed (may re-read)"
-    if reader is not None:
-        last = reader.last_before(downstream, anchors[j].downstream + 1)
+    if readable:
+        last = yield from _last_before(downstream, anchors[j].downstream + 1)
         if last is not None:
             consumed = max(consumed, last[1])
     elif j + 1 < len(anchors) or downstream > anchors[j].downstream + 1:
         exact, note = False, note or "provenance headers are off: resumed just past the newest offset sync below"
     return Translation(consumed + 1, exact, note)
+
+
+def _last_before(end: int, start: int) -> Steps[tuple[int, int] | None]:
+    """The last mirror in [start, end), or None: windows back from `end`, each four times the last."""
+    window = 256
+    while end > start:
+        at = max(start, end - window)
+        found, pos = None, at
+        while pos < end:
+            got = yield Read(pos, end)
+            if not got:
+                break
+            found, pos = got[-1], got[-1][0] + 1
+        if found is not None:
+            return found
+        end, window = at, window * 4
+    return None
 
 
 def mm2_offset_syncs(pairs: Iterable[tuple[int, int]], offset_lag_max: int) -> list[tuple[int, int]]:
