@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 from mirrorflow.model import config
 from mirrorflow.rules import batch_plan, source_reads
+from mirrorflow.spark import range_source
 from mirrorflow.spark.range_source import RangeReader, SourcePlan
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from support.clusters import PORTS
@@ -62,5 +63,56 @@ def test_a_stream_a_batch_behind_plans_from_ends_read_ahead_and_one_that_keeps_u
         assert _trigger(reader, {tp: 200}, 100) == {tp: 300}
         fresh = reported()
         assert fresh.ends == {tp: 10_250} and ahead.as_of <= fresh.as_of <= time.time()
+    finally:
+        reader.stop()
+
+
+def test_an_idle_flows_ends_are_read_again_only_after_the_read_budget_allows_and_every_trigger_once_a_batch_runs(
+        local_clusters: config.MirrorConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = "source.idle"
+    create_topic(ALPHA, topic, 1)
+    _produce(topic, 10)
+    monkeypatch.setattr(range_source, "IDLE_READ_SHARE", 1e-4)  # a read of ~1 ms of CPU: ~10 s of quiet
+    reader = RangeReader(SourcePlan("alpha->beta", "alpha", {"bootstrap.servers": ALPHA, **QUIET}, re.escape(topic),
+                                    read_committed=False, slots=1, max_records=100, starting="earliest"))
+    tp = (topic, 0)
+    try:
+        assert _trigger(reader, {tp: 0}, 100) == {tp: 10}
+        assert reader._quiet_until == 0.0  # a batch runs: the next trigger reads again
+        assert _trigger(reader, {tp: 10}, 100) == {tp: 10}  # nothing new: the flow is idle (S6)
+        quiet_s = reader._quiet_until - time.monotonic()
+        assert 0 < quiet_s < 120, quiet_s
+        _produce(topic, 5)
+        assert _trigger(reader, {tp: 10}, 100) == {tp: 10}  # within the quiet spell: no read, no batch
+        time.sleep(max(0.0, reader._quiet_until - time.monotonic()))
+        assert _trigger(reader, {tp: 10}, 100) == {tp: 15}  # the spell over: the next read finds the records
+        assert reader._quiet_until < time.monotonic()
+    finally:
+        reader.stop()
+
+
+def test_a_record_arriving_in_a_watched_idle_spell_ends_it_at_once(local_clusters: config.MirrorConfig,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = "source.watched"
+    create_topic(ALPHA, topic, 3)
+    _produce(topic, 10)
+    monkeypatch.setattr(range_source, "IDLE_READ_SHARE", 1e-6)  # every spell the longest, and watched
+    settings = {"bootstrap.servers": ALPHA, **QUIET}
+    reader = RangeReader(SourcePlan("alpha->beta", "alpha", settings, re.escape(topic), read_committed=False, slots=1,
+                                    max_records=100, starting="earliest", watch_settings=settings))
+    start = {(topic, 0): 10, (topic, 1): 0, (topic, 2): 0}
+    try:
+        assert _trigger(reader, start, 100) == start  # idle: a spell of QUIET_MAX_S begins, watched
+        assert reader._watching and reader._quiet_until - time.monotonic() > range_source.QUIET_MAX_S - 5
+        assert _trigger(reader, start, 100) == start
+        p = Producer({"bootstrap.servers": ALPHA, **QUIET})
+        p.produce(topic, b"late", partition=2)
+        assert p.flush(30) == 0
+        produced = time.monotonic()
+        while (end := _trigger(reader, start, 100)) == start:
+            assert time.monotonic() - produced < 5, "the watcher did not end the spell"
+            time.sleep(0.1)
+        assert end == {**start, (topic, 2): 1} and not reader._watching
+        print(f"the spell ended {time.monotonic() - produced:.2f} s after the record was acknowledged")
     finally:
         reader.stop()

@@ -439,7 +439,10 @@ class _Driver:
             java_regex_to_python(self.pattern), self.link.reads_committed,
             slots=self.query_slots, max_records=self.settings.max_records_per_batch,
             starting=starting if starting in ("earliest", "latest") else json.loads(starting),
-            initial_path=str(self.checkpoint.initial_offsets), positions_path=str(self.checkpoint.positions))
+            initial_path=str(self.checkpoint.initial_offsets), positions_path=str(self.checkpoint.positions),
+            discovery_s=(float(self.flow.number("refresh.topics.interval.seconds"))
+                         if self.flow.given("refresh.topics.interval.seconds") else range_source.DISCOVERY_S),
+            watch_settings=self.link.settings("source", "consumer"))
         self.spark.dataSource.register(range_source.source_class(plan))
         # The checkpoint is a local directory: Spark's default manager renames through Hadoop's FileContext, which
         # runs `readlink` in a new process per file (about 50 ms for each of a batch's two log entries); a plain

@@ -55,8 +55,10 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("offset-syncs.topic.replication.factor", "int", "3", "Replication factor of the offset-syncs topic and of "
         "mirrorflow's other internal topics on the target."),
     Key("refresh.topics.enabled", "bool", "true", "Accepted, not used."),
-    Key("refresh.topics.interval.seconds", "int", "600", "How often the flow DAG's metadata sync creates and grows "
-        "remote topics (with the health check's interval, it sets the DAG's period)."),
+    Key("refresh.topics.interval.seconds", "int", "600", "How often the stream's planner lists the source's topics, "
+        "so a new matching topic or partition is mirrored within one interval (every 10 s when the file does not give "
+        "it), and how often the flow DAG's metadata sync creates and grows remote topics (with the health check's "
+        "interval, it sets the DAG's period)."),
     Key("sync.topic.configs.enabled", "bool", "true", "Whether the metadata sync copies topic configs."),
     Key("sync.topic.configs.interval.seconds", "int", "600", "How often topic configs are synced."),
     Key("config.properties.exclude", "regex-list", DEFAULT_CONFIG_PROPERTIES_EXCLUDE, "Topic configs never "
@@ -90,7 +92,7 @@ FLOW_KEYS: tuple[Key, ...] = (
         "transaction, so a writer that lost the lease lands none after the takeover. `false`: idempotent records, "
         "no commit markers among them and a `read_committed` consumer sees each at once, but a frozen writer can "
         "land requests it had built, late."),
-    Key("mirrorflow.offset-syncs.anchors.max", "int", "255", "Offset-sync anchors kept per source partition, the "
+    Key("mirrorflow.offset-syncs.anchors.max", "int", "32", "Offset-sync anchors kept per source partition, the "
         "bound of the flow's translation state."),
     Key("mirrorflow.offset-syncs.anchors.spacing", "int", "0", "The least spacing between anchors near the head, "
         "in target offsets; 0: each batch's end until the bound."),
@@ -162,9 +164,9 @@ NOT_USED: dict[str, str] = {
     "refresh.groups.enabled": "every checkpoint round lists the source's groups",
     "refresh.groups.interval.seconds": "every checkpoint round lists the source's groups "
                                        "(emit.checkpoints.interval.seconds)",
-    "refresh.topics.enabled": "the stream's planner lists the source's topics every few seconds, so new topics and "
-                              "partitions join the next micro-batch; the flow DAG still syncs topics every "
-                              "refresh.topics.interval.seconds",
+    "refresh.topics.enabled": "the stream's planner lists the source's topics every "
+                              "refresh.topics.interval.seconds (10 s when not given), so new topics and partitions "
+                              "join the next micro-batch after it",
     "tasks.max": "parallelism follows Spark's task slots: each micro-batch's partitions are cut into one set of "
                  "ranges per slot",
     "consumer.poll.timeout.ms": "the copier reads each micro-batch's ranges on its own schedule",

@@ -2,10 +2,11 @@
 
 A PySpark Python data source (`pyspark.sql.datasource`). Its offsets are Kafka's source offsets in the same JSON
 ({topic: {partition: offset}}, sorted: batch_plan P4), so the offset log reads as before (spark/offset_log).
-`latestOffset` runs in the long-lived Python process Spark starts for
-the source, beside the driver: one metadata request every METADATA_REFRESH_S and one ListOffsets round trip per
-broker per trigger (the last stable offset when the flow reads committed records); admission control caps a batch
-at the flow's records per batch (batch_plan.admit). While the stream is a whole batch behind, the next trigger's
+`latestOffset` runs in the long-lived Python process Spark starts for the source, beside the driver: one metadata
+request every `refresh.topics.interval.seconds` when the file gives it (MM2's key: how soon a new topic or partition
+is mirrored), else every DISCOVERY_S, and one ListOffsets round trip per broker per trigger (the last stable offset
+when the flow reads committed records), fewer while the flow is idle (S6); admission control caps a batch at the
+flow's records per batch (batch_plan.admit). While the stream is a whole batch behind, the next trigger's
 ends are read while the batch copies (batch_plan P7): across a WAN the trigger no longer waits for the leaders'
 and the ends' round trips. The driver cuts each batch into ranges per task slot and the
 copier reads them (spark/copier), so no Python worker reads this source's rows for Spark; `partitions` and `read`
@@ -24,6 +25,13 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
       (spark/copier C6), which the driver keeps beside the checkpoint (`positions_path`), are its start
       (batch_plan P9), so Spark's offsets follow the copy instead of falling behind it. A file missing or
       unreadable plans from Spark's start, as before.
+  S6  An idle flow's ends are read at most IDLE_READ_SHARE of a core's time: after a read that found nothing new,
+      the next waits as long as that read's CPU time over IDLE_READ_SHARE, at most QUIET_MAX_S (at 12 partitions
+      a read costs about a millisecond: every trigger reads). A spell longer than WATCH_FROM_S is watched: a
+      consumer assigned every partition at the ends just read, whose fetches the brokers hold until a record
+      arrives, ends the spell at the first record it is given. Every trigger reads again once a batch runs. The
+      ends reported (S5) are those of the spell's first read: a quiet flow's mirrored-through time is up to
+      QUIET_MAX_S old, never later than the truth.
 
 Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
 The plan holds the source's admin settings (secrets: never printed); the reader opens its admin client lazily.
@@ -31,6 +39,7 @@ The plan holds the source's admin settings (secrets: never printed); the reader 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -43,7 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import IsolationLevel, KafkaException
+from confluent_kafka import Consumer, IsolationLevel, KafkaException
+from confluent_kafka import TopicPartition as ConfluentTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
@@ -55,7 +65,10 @@ from mirrorflow.rules.batch_plan import Range
 
 log = logging.getLogger(__name__)
 
-METADATA_REFRESH_S = 3.0  # how soon a new source topic or partition is planned
+DISCOVERY_S = 10.0  # the planner's default metadata interval (MM2's 600 s default would hold a new topic 10 minutes)
+IDLE_READ_SHARE = 0.02  # S6: of a core, what reading an idle flow's ends may cost
+QUIET_MAX_S = 10.0  # S6: the longest spell without a read
+WATCH_FROM_S = 0.5  # S6: a spell this long or longer is watched by a consumer
 NAME = "mirrorflow_ranges"
 RANGES_DDL = "topic string, partition int, from_offset long, until_offset long"
 
@@ -77,6 +90,8 @@ class SourcePlan:
     starting: str | Mapping[str, Mapping[str, int]]
     initial_path: str | None = None  # S1: the first batch's start, as resolved
     positions_path: str | None = None  # S4: the positions lingering batches reached, kept by the driver
+    discovery_s: float = DISCOVERY_S  # how often the source's topics are listed
+    watch_settings: Mapping[str, Any] | None = field(default=None, repr=False)  # S6: the watcher's; None: no watcher
 
 
 @dataclass(frozen=True)
@@ -133,11 +148,15 @@ class RangeReader(DataSourceStreamReader):
         # P7: the next trigger's ends and log starts (P8), and metadata when due, being read
         self._ahead: Future[_Answers] | None = None
         self._reading: ThreadPoolExecutor | None = None  # one thread: at most one read ahead at a time
+        self._quiet_until = 0.0  # S6: no ends read before then (monotonic), the flow being idle
+        self._watcher: Consumer | None = None  # S6: assigned during a watched spell only
+        self._watching = False
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"),
                 "_listed_at": float("-inf"), "_warned_until": 0.0, "_read": None,
-                "_missing_once": set(), "_turn": 0, "_ahead": None, "_reading": None}
+                "_missing_once": set(), "_turn": 0, "_ahead": None, "_reading": None, "_quiet_until": 0.0,
+                "_watcher": None, "_watching": False}
 
     @property
     def admin(self) -> AdminClient:
@@ -147,9 +166,9 @@ class RangeReader(DataSourceStreamReader):
 
     def _partitions(self, counted: Mapping[str, int] | None = None, listed_at: float | None = None
                     ) -> list[TopicPartition]:
-        """The source partitions the pattern matches (metadata at most every METADATA_REFRESH_S; `counted`: an
-        answer read ahead, asked for at `listed_at`)."""
-        if counted is None and time.monotonic() - self._counts_at >= METADATA_REFRESH_S:
+        """The source partitions the pattern matches (metadata at most every `discovery_s`; `counted`: an answer read
+        ahead, asked for at `listed_at`)."""
+        if counted is None and time.monotonic() - self._counts_at >= self.plan.discovery_s:
             listed_at = time.time()
             counted, _ = admin_sync.partition_counts(self.admin, self.plan.source)
         if counted is not None:
@@ -201,7 +220,7 @@ class RangeReader(DataSourceStreamReader):
         due by then."""
         if self._reading is None:
             self._reading = ThreadPoolExecutor(1, thread_name_prefix=f"ends-{self.plan.flow}")
-        metadata_due = time.monotonic() + 1.0 - self._counts_at >= METADATA_REFRESH_S
+        metadata_due = time.monotonic() + 1.0 - self._counts_at >= self.plan.discovery_s
         self._ahead = self._reading.submit(self._answers, tps, metadata_due)
 
     def _answers(self, tps: list[TopicPartition], metadata_due: bool) -> _Answers:
@@ -220,6 +239,9 @@ class RangeReader(DataSourceStreamReader):
         return ahead.result()
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
+        if self._quiet(start):
+            return start
+        cpu_before = time.process_time()
         begun = batch_plan.resumed(batch_plan.decode(start), read_positions(self.plan.positions_path))
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
@@ -250,9 +272,52 @@ class RangeReader(DataSourceStreamReader):
         end = batch_plan.admit(begun, latest, {**deleted_to, **log_starts}, cap, self._turn)
         if end != begun:
             self._turn += 1  # a batch runs: the next one moves the next turn's partitions (P6)
+        elif begun == batch_plan.decode(start):
+            self._begin_quiet(time.process_time() - cpu_before, latest)
         if batch_plan.fills(end, latest, cap):
             self._read_ahead(tps)
         return batch_plan.encode(end)
+
+    def _quiet(self, start: dict[str, dict[str, int]]) -> bool:
+        """S6: whether this trigger reads no ends, the flow idle; a record the watcher is given ends the spell."""
+        if time.monotonic() >= self._quiet_until:
+            self._stop_watching()
+            return False
+        if self._watching and self._watcher is not None:
+            try:
+                woken = any(m.error() is None for m in self._watcher.consume(64, 0))
+            except KafkaException:
+                woken = True  # the watcher failed: read, as without one
+            if woken:
+                self._quiet_until = 0.0
+                self._stop_watching()
+                return False
+        return True
+
+    def _begin_quiet(self, read_cpu_s: float, ends: Mapping[TopicPartition, int]) -> None:
+        spell = min(QUIET_MAX_S, read_cpu_s / IDLE_READ_SHARE)
+        self._quiet_until = time.monotonic() + spell
+        if spell < WATCH_FROM_S or self.plan.watch_settings is None:
+            return
+        try:
+            if self._watcher is None:
+                self._watcher = Consumer({**self.plan.watch_settings, "group.id": f"mirrorflow-watch-{self.plan.flow}",
+                                          "enable.auto.commit": False, "enable.partition.eof": False,
+                                          "auto.offset.reset": "latest", "fetch.wait.max.ms": 500,
+                                          "queued.min.messages": 1, "max.partition.fetch.bytes": 1024,
+                                          "isolation.level": ("read_committed" if self.plan.read_committed
+                                                              else "read_uncommitted")})
+            self._watcher.assign([ConfluentTopicPartition(t, p, o) for (t, p), o in ends.items()])
+            self._watching = True
+        except KafkaException as exc:
+            log.info("flow %s: no watcher for the idle spell (%s); the ends are read when it ends", self.plan.flow,
+                     exc)
+
+    def _stop_watching(self) -> None:
+        if self._watching and self._watcher is not None:
+            self._watching = False
+            with contextlib.suppress(KafkaException):
+                self._watcher.unassign()
 
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The source's end offsets as last read and when (S5): the query's progress shows them to the driver (its
@@ -274,6 +339,9 @@ class RangeReader(DataSourceStreamReader):
     def stop(self) -> None:
         if self._reading is not None:
             self._reading.shutdown(wait=False, cancel_futures=True)
+        if self._watcher is not None:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                self._watcher.close()
 
 
 @dataclass(frozen=True)
