@@ -45,9 +45,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support,
 from benchmarks.mirror import PeakMemory, cpu_seconds  # noqa: E402
 
 QUIET = {"log_level": 3}
-SRC, DST = (27000, 27002), (27100, 27102)  # broker ports; each node's controller listens on port + 1
-WAN = ((27110, 27210), (27112, 27212))  # the target's nodes: (second listener, Toxiproxy port advertised)
-WAN_API = 27299
+SRC, DST = (26300, 26302), (26310, 26312)  # broker ports; each node's controller listens on port + 1
+WAN = ((26320, 26330), (26322, 26332))  # the target's nodes: (second listener, Toxiproxy port advertised)
+WAN_API = 26340
 WAN_ONE_WAY_MS = 25
 PARTITIONS_PER_TOPIC = 12
 IDLE_S = 30.0
