@@ -120,3 +120,14 @@ def test_unseen_names_exactly_the_changes_a_snapshot_does_not_show_yet() -> None
                                             retention_ms=ConfigValue("7", source="default"))}, acls=(acl,))
     assert unseen(done, after) == []
     assert unseen([CreateAcl(acl, acl)], ClusterState("b", {}, acls=None)) == [CreateAcl(acl, acl)]
+
+
+def test_creations_are_cut_into_requests_a_kraft_controller_takes_in_order_and_none_lost() -> None:
+    from mirrorflow.kafka.admin_sync import PARTITIONS_PER_REQUEST, batches
+
+    creates = [CreateTopic(f"src.t{i:04d}", 12, 1, {}) for i in range(2_000)] + [CreateTopic("src.huge", 12_000, 1, {})]
+    runs = batches(creates, lambda c: c.partitions, PARTITIONS_PER_REQUEST)
+    assert [c for run in runs for c in run] == creates
+    assert all(sum(c.partitions for c in run) <= PARTITIONS_PER_REQUEST for run in runs[:-1])
+    assert runs[-1] == [CreateTopic("src.huge", 12_000, 1, {})]  # larger than a request: one of its own
+    assert len(runs) == 6 and PARTITIONS_PER_REQUEST <= 10_000
