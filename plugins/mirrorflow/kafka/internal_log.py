@@ -26,6 +26,10 @@ def fetched(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
     return [first, *consumer.consume(limit - 1, 0)]
 
 
+# What a reader of a whole log may hold in librdkafka, prefetched and in flight; its defaults (a 64 MiB queue, fetches
+# of 50 MiB) held hundreds of MiB while a checkpoint task read a large offset-syncs topic.
+BOUNDED_FETCH = {"queued.max.messages.kbytes": 16_384, "fetch.max.bytes": 8 << 20}
+
 _LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT)
 
 
@@ -35,7 +39,7 @@ def _reader_settings(consumer_settings: Mapping[str, Any]) -> dict[str, Any]:
     # The reader is assigned only while it catches up, so a short wait costs no idle fetching.
     return {**consumer_settings, "group.id": "mirrorflow-internal-reader", "enable.auto.commit": False,
             "isolation.level": "read_committed", "enable.partition.eof": True, "auto.offset.reset": "earliest",
-            "fetch.wait.max.ms": 20}
+            "fetch.wait.max.ms": 20, **BOUNDED_FETCH}
 
 
 def _watermarks(consumer: Consumer, tp: TopicPartition, idle_timeout_s: float) -> tuple[int, int] | None:

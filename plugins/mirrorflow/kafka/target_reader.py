@@ -20,7 +20,7 @@ from typing import Any, Generic, TypeVar
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from mirrorflow.errors import OperationalError
-from mirrorflow.kafka.internal_log import fetched
+from mirrorflow.kafka.internal_log import BOUNDED_FETCH, fetched
 from mirrorflow.rules import provenance
 from mirrorflow.rules.translation import Mirrors, Read, Steps
 
@@ -52,7 +52,7 @@ class TargetRecords:
                                    # A probe must not wait for more data than the broker has now, nor out a
                                    # backoff left by the previous probe's full queue (1 s by default).
                                    "queued.min.messages": 2_000, "fetch.wait.max.ms": 0,
-                                   "fetch.queue.backoff.ms": 0})
+                                   "fetch.queue.backoff.ms": 0, **BOUNDED_FETCH})
         self.reads = 0  # consumer polls made: what a translation cost
         self.assignments = 0  # reads of many partitions at once (`search`'s steps)
 
