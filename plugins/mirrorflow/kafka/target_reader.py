@@ -155,36 +155,6 @@ class PartitionReader:
         return None
 
     def chunk(self, start: int, end: int) -> list[tuple[int, int]]:
-        consumer = self.records._consumer
-        out: list[tuple[int, int]] = []
-        try:
-            consumer.assign([TopicPartition(self.remote_topic, self.partition, start)])
-            progress = time.monotonic()
-            while True:
-                msgs = fetched(consumer, 2_000, 0.5)
-                self.records.reads += 1
-                past_end = False
-                for msg in msgs:
-                    error = msg.error()
-                    if error is not None:
-                        past_end = past_end or error.code() == KafkaError._PARTITION_EOF
-                        continue
-                    offset = msg.offset() or 0
-                    if offset >= end:
-                        past_end = True
-                        break
-                    upstream = self._source_offset(msg.headers())
-                    if upstream is not None:
-                        out.append((offset, upstream))
-                if msgs:
-                    progress = time.monotonic()
-                if out or past_end:
-                    return out
-                if time.monotonic() - progress > self.records.idle_timeout_s:
-                    raise OperationalError(f"cannot read {self.remote_topic}-{self.partition} on the target at "
-                                           f"offset {start}: no record for {self.records.idle_timeout_s:.0f} s")
-        except KafkaException as exc:
-            raise OperationalError(f"cannot read {self.remote_topic}-{self.partition} on the target: "
-                                   f"{exc.args[0].str()}") from None
-        finally:
-            consumer.unassign()
+        """One read of this partition alone: a step of `TargetRecords.search` over one partition."""
+        return self.records._read_many({(self.remote_topic, self.partition): (self, Read(start, end))})[
+            (self.remote_topic, self.partition)]

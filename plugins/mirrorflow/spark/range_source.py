@@ -239,7 +239,7 @@ class RangeReader(DataSourceStreamReader):
         return ahead.result()
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
-        if self._quiet(start):
+        if self._quiet():
             return start
         cpu_before = time.process_time()
         begun = batch_plan.resumed(batch_plan.decode(start), read_positions(self.plan.positions_path))
@@ -278,7 +278,7 @@ class RangeReader(DataSourceStreamReader):
             self._read_ahead(tps)
         return batch_plan.encode(end)
 
-    def _quiet(self, start: dict[str, dict[str, int]]) -> bool:
+    def _quiet(self) -> bool:
         """S6: whether this trigger reads no ends, the flow idle; a record the watcher is given ends the spell."""
         if time.monotonic() >= self._quiet_until:
             self._stop_watching()
