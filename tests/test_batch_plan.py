@@ -35,6 +35,19 @@ def test_partitions_take_turns_when_the_cap_would_leave_each_only_a_few_records(
     assert not {tp for tp in start if second[tp] > 0} & set(moved)
 
 
+def test_a_turn_moves_runs_of_consecutive_partitions_so_each_batch_writes_to_a_share_of_the_topics() -> None:
+    start = {(f"t{i:04d}", p): 0 for i in range(2_000) for p in range(12)}
+    latest = dict.fromkeys(start, 100)
+    seen: set[tuple[str, int]] = set()
+    for turn in range(10):
+        end = batch_plan.admit(start, latest, {}, 250_000, turn)
+        moved = sorted(tp for tp in start if end[tp] > 0)
+        assert len({t for t, _ in moved}) <= 201  # 200 topics of 12, and a topic a turn's run may split
+        assert not seen & set(moved)
+        seen |= set(moved)
+    assert seen == set(start)
+
+
 def test_a_few_partitions_with_a_long_backlog_under_a_small_cap_each_move_in_turn() -> None:
     start = {("t", p): 0 for p in range(8)}
     latest = {("t", p): 3_000 for p in range(8)}

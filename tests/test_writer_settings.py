@@ -82,3 +82,13 @@ def test_a_worker_without_a_seat_takes_a_free_one_and_a_retry_takes_its_first_at
     assert writer_producers.claim_seat(claims, 3, task=0, attempt=0, preferred=0) == 1  # its seat was taken
     assert writer_producers.claim_seat(claims, 3, task=2, attempt=1, preferred=None) == 0  # the retry of task 2
     assert writer_producers.claim_seat(claims, 3, task=1, attempt=1, preferred=None) == 2  # died before claiming
+
+
+def test_a_kept_producer_is_crowded_only_when_most_of_many_topics_it_knows_are_not_the_tasks() -> None:
+    turn_before = {f"t{i:04d}" for i in range(200)}
+    this_turn = {f"t{i:04d}" for i in range(200, 400)}
+    assert writer_producers.crowded(turn_before, this_turn)  # a batch moving the next 200 topics: replaced
+    assert not writer_producers.crowded(turn_before, turn_before)  # the same topics every batch: kept
+    assert not writer_producers.crowded({"a"}, {"b"})  # a few topics cost nothing to walk
+    assert not writer_producers.crowded(turn_before | this_turn, this_turn | {"t0000"})  # shares more
+    assert writer_producers.crowded(turn_before | this_turn, set(list(this_turn)[:99]))

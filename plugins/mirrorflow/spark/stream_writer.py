@@ -35,6 +35,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import numpy as np
@@ -74,10 +75,10 @@ _FLUSH_LOG_S = 30.0
 _METADATA_WAIT_S = 15.0  # remote topics are confirmed visible before the first write: this is a margin
 
 
-def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap | Slice]]
-                ) -> Iterator[PartitionReport]:
-    """Mirror a task's runs of records (a partition's runs in offset order), then yield one summary row per source
-    partition."""
+def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | PassedOver | Gap | Slice]],
+                topics: AbstractSet[str]) -> Iterator[PartitionReport]:
+    """Mirror a task's runs of records (a partition's runs in offset order) to the remote `topics` (those of its
+    ranges), then yield one summary row per source partition."""
     writes: dict[TopicPartition, _PartitionWrite] = {}
     producer: Producer | None = None
     kept = False  # transactional: the producer was initialised by an earlier task of this worker
@@ -94,11 +95,11 @@ def mirror_runs(spec: WriterSpec, runs: Iterator[tuple[TopicPartition, Run | Pas
             if write is None:
                 if producer is None:  # a task without records (fewer source partitions than tasks) has none
                     if spec.transactional:
-                        producer, kept = transactional_producer(spec)
+                        producer, kept = transactional_producer(spec, topics)
                         producer.begin_transaction()
                         committed = _committed_positions(spec)
                     else:
-                        producer = idempotent_producer(spec)
+                        producer = idempotent_producer(spec, topics)
                 write = writes[tp] = _PartitionWrite(spec, tp, producer, committed.get(tp), halted, writes)
             if isinstance(part, PassedOver):
                 write.pass_over(part)
@@ -162,7 +163,7 @@ def _settle(spec: WriterSpec, producer: Producer, writes: list[_PartitionWrite],
         summaries.append(w.summary)
     syncs_producer = producer
     if spec.fence_syncs and any(w.has_syncs for w in settled):
-        syncs.append(transactional_producer(spec))
+        syncs.append(transactional_producer(spec, frozenset()))
         syncs_producer = syncs[0][0]
         syncs_producer.begin_transaction()
     for w in settled:

@@ -5,8 +5,14 @@ per flow, and one transactional producer per transactional id it wrote from. A k
 again only while it is still the id's last initialised one on this host (a mark file per id, below) and the driver
 has not fenced the ids since (`WriterSpec.fenced`).
 
-Bound: `_PRODUCERS` and `_TOKENS` hold one entry per flow and per writer seat (or task slot) the worker ran a task
-of; `_MARKS` one small file per transactional id initialised on this host, and one folder per running batch.
+A kept producer is replaced, not used again, when most of the remote topics it has written to are not the task's
+(`crowded`): librdkafka finds a record's topic by walking its client's list of every topic it has written to, first
+to last, under a lock, for every record. Over 2,000 topics that walk was half of a copier's time (py-spy, a flow of
+24,000 partitions whose batches moved a tenth of them each), and the task's own topics, the newest, come last.
+
+Bound: `_PRODUCERS`, `_TOKENS` and `_WRITTEN` hold one entry per flow and per writer seat (or task slot) the worker
+ran a task of, `_WRITTEN`'s sets the remote topics of the flow; `_MARKS` one small file per transactional id
+initialised on this host, and one folder per running batch.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +39,8 @@ if TYPE_CHECKING:
     from mirrorflow.spark.writer_spec import WriterSpec
 
 _PRODUCERS: dict[str, Producer] = {}
+_WRITTEN: dict[str, set[str]] = {}  # producer key -> the remote topics it has been handed
+CROWD_FLOOR = 100  # a kept producer never counts as crowded while it knows at most this many topics the task lacks
 # Which producer of this host last initialised a transactional id: "pid:token", one small file per id. A worker
 # keeps its producer for the next task of the same slot only while the mark is still its own (Spark may run that
 # task in another worker, whose init fences this producer) and the driver has not fenced the ids since.
@@ -149,34 +158,46 @@ def _writer_index() -> int:
     return _SEAT[0] if _SEAT else _task_slot()
 
 
-def idempotent_producer(spec: WriterSpec) -> Producer:
+def crowded(written: AbstractSet[str], topics: AbstractSet[str]) -> bool:
+    """Whether a producer handed `written` is crowded for a task writing to `topics`: more than CROWD_FLOOR of its
+    topics, and at least as many as it shares with the task, are not the task's (each record's topic lookup walks
+    them first)."""
+    foreign = len(written - topics)
+    return foreign > CROWD_FLOOR and foreign >= len(written & topics)
+
+
+def idempotent_producer(spec: WriterSpec, topics: AbstractSet[str]) -> Producer:
+    """The worker's idempotent producer of the flow for a task writing to `topics` (a new one if it was crowded)."""
     key = f"{spec.flow}/idempotent"
     producer = _PRODUCERS.get(key)
-    if producer is None:
+    if producer is None or crowded(_WRITTEN.get(key, set()), topics):
         producer = Producer(writers.writer_config(spec.producer_settings))
-        _PRODUCERS[key] = producer
+        _PRODUCERS[key], _WRITTEN[key] = producer, set()
+    _WRITTEN[key].update(topics)
     return producer
 
 
-def transactional_producer(spec: WriterSpec) -> tuple[Producer, bool]:
-    """The transactional producer of the task's writer seat (else its slot), and whether an earlier task of this
-    worker initialised it.
+def transactional_producer(spec: WriterSpec, topics: AbstractSet[str]) -> tuple[Producer, bool]:
+    """The transactional producer of the task's writer seat (else its slot) for a task writing to `topics`, and
+    whether an earlier task of this worker initialised it.
 
-    A retried task (attempt > 0) always initialises afresh: that aborts what the failed attempt left open.
+    A retried task (attempt > 0) always initialises afresh: that aborts what the failed attempt left open. So does
+    a task for which the kept producer is crowded.
     """
     tid = writers.transactional_id(spec.source, spec.target, _writer_index())
     mark = _MARKS / hashlib.sha1(tid.encode()).hexdigest()
     kept = _PRODUCERS.get(tid)
     token, fenced = _TOKENS.get(tid, (None, None))
     if (kept is not None and spec.keep_producers and task_attempt() == 0 and fenced == spec.fenced
-            and _read_mark(mark) == token):
+            and _read_mark(mark) == token and not crowded(_WRITTEN.get(tid, set()), topics)):
+        _WRITTEN.setdefault(tid, set()).update(topics)
         return kept, True
     discard(spec, tid)
     confirm_lease(spec)  # W1 before an id is initialised: a zombie must never fence the lease's holder
     producer = Producer(writers.writer_config(spec.producer_settings, tid))
     producer.init_transactions(60)
     token = f"{os.getpid()}:{uuid.uuid4().hex}"
-    _PRODUCERS[tid] = producer
+    _PRODUCERS[tid], _WRITTEN[tid] = producer, set(topics)
     try:
         _MARKS.mkdir(exist_ok=True)
         staged = mark.with_suffix(f".{os.getpid()}")
@@ -201,3 +222,4 @@ def discard(spec: WriterSpec, tid: str | None = None) -> None:
         tid = tid or writers.transactional_id(spec.source, spec.target, _writer_index())
         _PRODUCERS.pop(tid, None)
         _TOKENS.pop(tid, None)
+        _WRITTEN.pop(tid, None)
