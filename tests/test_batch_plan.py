@@ -48,6 +48,19 @@ def test_a_turn_moves_runs_of_consecutive_partitions_so_each_batch_writes_to_a_s
     assert seen == set(start)
 
 
+def test_more_partitions_with_a_backlog_than_a_batch_may_write_take_turns_even_under_the_cap() -> None:
+    start = {(f"t{i:04d}", p): 0 for i in range(2_000) for p in range(12)}
+    latest = dict.fromkeys(start, 10)  # 240,000 records: under the cap, over 24,000 partitions
+    for cap in (250_000, None):
+        ends = [batch_plan.admit(start, latest, {}, cap, turn) for turn in range(10)]
+        moved = [[tp for tp in start if end[tp] > 0] for end in ends]
+        assert all(len(m) <= batch_plan.PARTITIONS_MAX for m in moved)
+        assert sorted(tp for m in moved for tp in m) == sorted(start)  # ten turns: every partition once, whole
+        assert all(ends[t][tp] == 10 for t, m in enumerate(moved) for tp in m)
+    assert batch_plan.full(24_000, 250_000, 2_400) and not batch_plan.full(24_000, 250_000, 1_200)
+    assert batch_plan.admit({A0: 0}, {A0: 10}, {}, None) == {A0: 10}
+
+
 def test_a_few_partitions_with_a_long_backlog_under_a_small_cap_each_move_in_turn() -> None:
     start = {("t", p): 0 for p in range(8)}
     latest = {("t", p): 3_000 for p in range(8)}

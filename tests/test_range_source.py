@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
 from mirrorflow.model import config
-from mirrorflow.rules import batch_plan, source_reads
-from mirrorflow.spark import range_source
+from mirrorflow.rules import batch_plan, offset_bases, source_reads
+from mirrorflow.rules.batch_plan import Range
+from mirrorflow.spark import offset_log, range_source
 from mirrorflow.spark.range_source import RangeReader, SourcePlan
-from pyspark.sql.streaming.datasource import ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from support.clusters import PORTS
 from support.streams import QUIET, create_topic
 
@@ -116,3 +118,34 @@ def test_a_record_arriving_in_a_watched_idle_spell_ends_it_at_once(local_cluster
         print(f"the spell ended {time.monotonic() - produced:.2f} s after the record was acknowledged")
     finally:
         reader.stop()
+
+
+def test_a_batch_in_which_one_partition_of_200_moved_logs_that_partition_and_its_base_and_replays_the_same(
+        local_clusters: config.MirrorConfig, tmp_path: Path) -> None:
+    topic = "source.bases"
+    create_topic(ALPHA, topic, 200)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 5, **QUIET})
+    for partition in (0, 1, 2):
+        p.produce(topic, b"r", partition=partition)
+    assert p.flush(30) == 0
+    plan = SourcePlan("alpha->beta", "alpha", {"bootstrap.servers": ALPHA, **QUIET}, re.escape(topic),
+                      read_committed=False, slots=2, max_records=None, starting="earliest",
+                      bases_path=str(tmp_path / offset_log.BASES))
+    reader, restarted = RangeReader(plan), RangeReader(plan)
+    start = {(topic, q): 0 for q in range(200)}
+    try:
+        first = reader.latestOffset(batch_plan.encode(start), ReadAllAvailable())
+        assert offset_bases.base_number(first) == 0 and first[offset_bases.MOVED_KEY] == {}  # the first: a base
+        assert offset_log.read_base(tmp_path / offset_log.BASES, 0).offsets == {
+            **start, (topic, 0): 1, (topic, 1): 1, (topic, 2): 1}
+        p.produce(topic, b"r", partition=7)
+        assert p.flush(30) == 0
+        second = reader.latestOffset(first, ReadAllAvailable())
+        assert second == {offset_bases.BASE_KEY: 0, offset_bases.MOVED_KEY: {topic: {"7": 1}}}
+        assert reader.latestOffset(second, ReadAllAvailable()) is second  # nothing new: the same entry (B2)
+        # A replay after a restart plans the batch from the same entry exactly as it was planned.
+        assert ([s.ranges for s in restarted.partitions(first, second)]
+                == [s.ranges for s in reader.partitions(first, second)] == [(Range(topic, 7, 0, 1),)])
+    finally:
+        reader.stop()
+        restarted.stop()

@@ -122,6 +122,7 @@ def test_pending_reads_stay_within_their_bound_and_keep_the_newest() -> None:
 def test_a_report_parses_back_and_anything_else_is_no_read() -> None:
     read = EndsRead(12.5, {("a", 0): 3, ("a", 1): 0, ("b", 0): 7}, complete=False)
     assert source_reads.parse_report(source_reads.report(read)) == read
+    assert source_reads.parse_report({"as_of": 12.5, "ends": {"a": {"0": 3}}}) == EndsRead(12.5, {("a", 0): 3}, False)
     assert source_reads.parse_report({"a": {"0": 3}}) is None  # the ends alone, as reported before S5
     assert source_reads.parse_report(None) is None
 

@@ -26,6 +26,7 @@ Prints a Markdown table; writes bench-scale.json ({"sizes": [{...}, ...]}, one o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -219,6 +220,23 @@ def newest_offset_log_entry(checkpoint: Path) -> tuple[int, int]:
     return int(newest.name), newest.stat().st_size
 
 
+def base_written(checkpoint: Path, batch: int) -> int:
+    """The bytes of the offset base (rules/offset_bases) batch `batch` made, if its entry names a base the entry
+    before did not; 0 otherwise."""
+    from mirrorflow.rules import offset_bases
+    from mirrorflow.spark import offset_log
+
+    def named(b: int) -> int | None:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            return offset_bases.base_number(json.loads((checkpoint / "offsets" / str(b)).read_text().splitlines()[2]))
+        return None
+
+    number = named(batch)
+    if number is None or named(batch - 1) == number:
+        return 0
+    return (checkpoint / offset_log.BASES / f"{number}.json").stat().st_size
+
+
 def in_own_process(code: str, config: Path, limit_s: float) -> tuple[float, float, str, bool]:
     """(seconds, peak RSS in MiB, stdout, capped) of `code` run by this Python in a process of its own."""
     begun = time.monotonic()
@@ -366,9 +384,10 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
                 raise RuntimeError(f"no batch after {batch_before} within 300 s ({flow.stream.log})")
             time.sleep(0.5)
         batch, size = entry
-        row["offset_log_bytes_per_batch_100_moved"] = size
+        base = base_written(flow.stream.checkpoint, batch)
+        row["offset_log_bytes_per_batch_100_moved"] = size + base
         print(f"  offset-log entry of batch {batch} (after {batch_before}, {len(moved)} partitions moved): "
-              f"{size:,} bytes", flush=True)
+              f"{size:,} bytes{f', and a new offset base of {base:,}' if base else ''}", flush=True)
 
         rounds = args.history if args.history is not None else anchor_bound() + 2
         begun = time.monotonic()

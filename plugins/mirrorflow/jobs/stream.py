@@ -442,7 +442,7 @@ class _Driver:
             initial_path=str(self.checkpoint.initial_offsets), positions_path=str(self.checkpoint.positions),
             discovery_s=(float(self.flow.number("refresh.topics.interval.seconds"))
                          if self.flow.given("refresh.topics.interval.seconds") else range_source.DISCOVERY_S),
-            watch_settings=self.link.settings("source", "consumer"))
+            watch_settings=self.link.settings("source", "consumer"), bases_path=str(self.checkpoint.bases))
         self.spark.dataSource.register(range_source.source_class(plan))
         # The checkpoint is a local directory: Spark's default manager renames through Hadoop's FileContext, which
         # runs `readlink` in a new process per file (about 50 ms for each of a batch's two log entries); a plain
@@ -497,7 +497,8 @@ class _Driver:
         paused = self.state.paused(begins)
         # The subscription pattern also matches topics the flow does not replicate (internal ones): not its partitions.
         read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
-        behind = batch_plan.full(read, self.settings.max_records_per_batch)  # the source had more than a batch
+        shifting = sum(1 for tp, end in ends.items() if tp[0] in flow_topics and end > begins.get(tp, 0))
+        behind = batch_plan.full(read, self.settings.max_records_per_batch, shifting)  # the source had more
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
                           behind)
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).

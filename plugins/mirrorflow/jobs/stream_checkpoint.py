@@ -37,6 +37,10 @@ class StreamCheckpoint:
     def positions(self) -> Path:
         return self.path / _POSITIONS
 
+    @property
+    def bases(self) -> Path:
+        return self.path / offset_log.BASES
+
     def exists(self) -> bool:
         return self.path.exists()
 

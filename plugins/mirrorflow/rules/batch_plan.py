@@ -5,9 +5,10 @@ Policy only, no I/O: the stream's source (spark/range_source) asks the clusters 
   P1  `admit` never moves a partition past its latest offset, and admits at most `max_records` records in all
       plus one per partition it moves. A partition whose latest offset is below its start (the topic re-created
       or truncated) ends there: the driver sees offsets go back in that batch, and no range is read for it.
-  P6  When the cap would leave partitions less than MIN_SHARE records each, the backlogged partitions take turns
-      (`turn`, one more each batch): G turns, G as small as lets each turn's partitions share the cap with about
-      MIN_SHARE each, and at most one turn per backlogged partition; turn t moves the t mod G-th of G runs of
+  P6  When the cap would leave partitions less than MIN_SHARE records each, or more than PARTITIONS_MAX of them
+      have a backlog, the backlogged partitions take turns (`turn`, one more each batch): G turns, G as small as
+      lets each turn's partitions share the cap with about MIN_SHARE each and be at most PARTITIONS_MAX, and at
+      most one turn per backlogged partition; turn t moves the t mod G-th of G runs of
       consecutive partitions in (topic, partition) order (the n backlogged partitions at positions i with
       floor(i G / n) = t mod G), so a turn writes to about a G-th of the remote topics: a writer's client looks
       a record's topic up among every topic it has written to (spark/writer_producers, the topic bound). Every
@@ -67,15 +68,20 @@ class Range:
 # P6: librdkafka sends one partition per produce request, so a partition moved a few records at a time costs a
 # request for each few: 600 partitions moved 76 records a batch copied 51,000 records/s, 833 at once 193,000.
 MIN_SHARE = 2_000
+# P6: a batch's transactions add its partitions to themselves before their records are sent; one over all 24,000
+# partitions of 2,000 new topics (10 records each) timed out records after 20 s, and the retries copied 1,560
+# records/s. Batches of 2,400 partitions copied 34,000 records/s there.
+PARTITIONS_MAX = 2_400
 
 
 def turns(backlog: Mapping[TopicPartition, int], max_records: int | None) -> int:
-    """G of P6: 1 when the cap leaves each backlogged partition MIN_SHARE records (or its whole backlog); never more
-    than the backlogged partitions, so that every turn moves one."""
+    """G of P6: 1 when the cap leaves each backlogged partition MIN_SHARE records (or its whole backlog) and they are
+    at most PARTITIONS_MAX; never more than the backlogged partitions, so that every turn moves one."""
+    by_partitions = math.ceil(len(backlog) / PARTITIONS_MAX)
     if max_records is None:
-        return 1
+        return max(1, by_partitions)
     wanted = sum(min(size, MIN_SHARE) for size in backlog.values())
-    return max(1, min(len(backlog), math.ceil(wanted / max(max_records, 1))))
+    return max(1, by_partitions, min(len(backlog), math.ceil(wanted / max(max_records, 1))))
 
 
 def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int | None,
@@ -97,7 +103,7 @@ def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int
         else:  # nothing new; all of it deleted unread (P8); or offsets went back (re-created, truncated: the
             end[tp] = last  # batch shows the driver)
     total = sum(backlog.values())
-    if max_records is None or total <= max_records:
+    if (max_records is None or total <= max_records) and len(backlog) <= PARTITIONS_MAX:
         end.update((tp, begin[tp] + size) for tp, size in backlog.items())
         return end
     g = turns(backlog, max_records)
@@ -107,16 +113,17 @@ def admit(start: Offsets, latest: Offsets, log_starts: Offsets, max_records: int
     for tp, size in backlog.items():
         if tp not in moving:
             end[tp] = start[tp]
-        elif moved <= max_records:
+        elif max_records is None or moved <= max_records:
             end[tp] = begin[tp] + size
         else:
             end[tp] = begin[tp] + min(size, max(1, math.floor(max_records * size / moved)))
     return end
 
 
-def full(records: int, max_records: int | None) -> bool:
-    """P6: whether a batch of `records` is full, so that the source may hold more than it took."""
-    return max_records is not None and 2 * records >= max_records
+def full(records: int, max_records: int | None, partitions: int = 0) -> bool:
+    """P6: whether a batch of `records` over `partitions` is full, so that the source may hold more than it took:
+    half the cap, or more than half of PARTITIONS_MAX (a turn of G >= 2 moves more than that)."""
+    return 2 * partitions > PARTITIONS_MAX or (max_records is not None and 2 * records >= max_records)
 
 
 def fills(start: Offsets, latest: Offsets, max_records: int | None) -> bool:

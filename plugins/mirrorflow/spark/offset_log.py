@@ -2,19 +2,53 @@
 
 Spark writes `offsets/<batch>` into the query's checkpoint before it runs a batch, and `commits/<batch>` once the
 batch is done. An offset-log file is a version line ("v1"), the batch's metadata, then one line per source: ours is
-Kafka's JSON `{topic: {partition: offset}}`.
+Kafka's JSON `{topic: {partition: offset}}`, or a base and what moved since it (rules/offset_bases), the bases being
+files in BASES beside the logs, written by the planner (`write_base`) and read here.
+Bound: BASES holds the newest KEEP_BASES bases (offset_bases B4; Spark keeps the last 100 batches' entries).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from mirrorflow.errors import OperationalError
+from mirrorflow.rules import batch_plan, offset_bases
+from mirrorflow.rules.offset_bases import Base
 
 TopicPartition = tuple[str, int]
+BASES = "mirrorflow-offset-bases"
+KEEP_BASES = 102  # Spark's spark.sql.streaming.minBatchesToRetain (100), and two
+
+
+def write_base(folder: Path, base: Base) -> None:
+    """A new base, durable before the entry naming it is: written aside, synced, renamed; older ones past
+    KEEP_BASES deleted (offset_bases B4)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{base.number}.json"
+    staged = target.with_suffix(f".{os.getpid()}")
+    with open(staged, "w", encoding="utf-8") as out:
+        json.dump(batch_plan.encode(base.offsets), out, separators=(",", ":"))
+        out.flush()
+        os.fsync(out.fileno())
+    staged.replace(target)
+    for number in offset_bases.expired(base_numbers(folder), KEEP_BASES):
+        (folder / f"{number}.json").unlink(missing_ok=True)
+
+
+def base_numbers(folder: Path) -> list[int]:
+    return sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()) if folder.is_dir() else []
+
+
+def read_base(folder: Path, number: int) -> Base:
+    return _base(number, (folder / f"{number}.json").read_text(encoding="utf-8"))
+
+
+def _base(number: int, text: str) -> Base:
+    return Base(number, batch_plan.decode(json.loads(text)))
 
 
 def flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[TopicPartition, int]:
@@ -23,11 +57,16 @@ def flatten(offsets: Mapping[str, Mapping[str, int] | None]) -> dict[TopicPartit
             for p, o in parts.items()}
 
 
-def parse_ends(lines: list[str]) -> dict[TopicPartition, int] | None:
-    """The source's end offsets in an offset-log file; None if it is not one."""
+def parse_ends(lines: list[str], base: Callable[[int], Base] | None = None) -> dict[TopicPartition, int] | None:
+    """The source's end offsets in an offset-log file; None if it is not one. `base`: reads the base an entry
+    names (an entry naming one without it is no offset-log file this reader can read)."""
     if len(lines) < 3 or not lines[0].startswith("v"):
         return None
-    return flatten(json.loads(lines[2]))
+    offsets = json.loads(lines[2])
+    number = offset_bases.base_number(offsets)
+    if number is None:
+        return flatten(offsets)
+    return offset_bases.expand(offsets, base(number)) if base is not None else None
 
 
 def batch_ids(checkpoint: Path) -> list[int]:
@@ -50,7 +89,8 @@ def committed_ends(checkpoint: Path) -> dict[TopicPartition, int]:
     if not commits:
         return {}
     try:
-        return parse_ends((checkpoint / "offsets" / str(max(commits))).read_text().splitlines()) or {}
+        lines = (checkpoint / "offsets" / str(max(commits))).read_text().splitlines()
+        return parse_ends(lines, lambda number: read_base(checkpoint / BASES, number)) or {}
     except (OSError, ValueError):
         return {}
 
@@ -62,9 +102,22 @@ def batch_ends(spark: Any, checkpoint: Path, batch_id: int, flow: str) -> dict[T
     local = Path(checkpoint) / "offsets" / str(batch_id)
     try:
         lines, where = local.read_text(encoding="utf-8").splitlines(), str(local)
+        remote = False
     except FileNotFoundError:
         lines, where = _hadoop_lines(spark, f"{checkpoint}/offsets/{batch_id}")
-    ends = parse_ends(lines)
+        remote = True
+
+    def base(number: int) -> Base:
+        if not remote:
+            return read_base(Path(checkpoint) / BASES, number)
+        return _base(number, "".join(_hadoop_lines(spark, f"{checkpoint}/{BASES}/{number}.json")[0]))
+
+    try:
+        ends = parse_ends(lines, base)
+    except (OSError, ValueError) as exc:
+        raise OperationalError(f"flow {flow}: the offset log {where} names a base that cannot be read ({exc}); "
+                               "restore it, or move the checkpoint aside: a new one resumes where the offset syncs "
+                               "say") from None
     if ends is None:
         raise OperationalError(f"flow {flow}: unexpected offset log {where}")
     return ends

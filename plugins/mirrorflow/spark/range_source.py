@@ -1,7 +1,9 @@
 """The stream's Spark source: it says where each micro-batch ends, per source partition; it reads no record.
 
-A PySpark Python data source (`pyspark.sql.datasource`). Its offsets are Kafka's source offsets in the same JSON
-({topic: {partition: offset}}, sorted: batch_plan P4), so the offset log reads as before (spark/offset_log).
+A PySpark Python data source (`pyspark.sql.datasource`). Its offsets are a base of every partition's offset, a file
+beside the checkpoint, and the partitions that moved since it (rules/offset_bases), when the plan names a folder
+for bases (`bases_path`); else Kafka's source offsets JSON ({topic: {partition: offset}}, sorted: batch_plan P4).
+spark/offset_log reads both.
 `latestOffset` runs in the long-lived Python process Spark starts for the source, beside the driver: one metadata
 request every `refresh.topics.interval.seconds` when the file gives it (MM2's key: how soon a new topic or partition
 is mirrored), else every DISCOVERY_S, and one ListOffsets round trip per broker per trigger (the last stable offset
@@ -60,8 +62,9 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync
-from mirrorflow.rules import batch_plan, source_reads
+from mirrorflow.rules import batch_plan, offset_bases, source_reads
 from mirrorflow.rules.batch_plan import Range
+from mirrorflow.spark import offset_log
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +95,7 @@ class SourcePlan:
     positions_path: str | None = None  # S4: the positions lingering batches reached, kept by the driver
     discovery_s: float = DISCOVERY_S  # how often the source's topics are listed
     watch_settings: Mapping[str, Any] | None = field(default=None, repr=False)  # S6: the watcher's; None: no watcher
+    bases_path: str | None = None  # rules/offset_bases: where the bases are; None: every offset in each entry
 
 
 @dataclass(frozen=True)
@@ -151,12 +155,14 @@ class RangeReader(DataSourceStreamReader):
         self._quiet_until = 0.0  # S6: no ends read before then (monotonic), the flow being idle
         self._watcher: Consumer | None = None  # S6: assigned during a watched spell only
         self._watching = False
+        self._base: offset_bases.Base | None = None  # the base last made or read
+        self._report: tuple[source_reads.EndsRead, dict[str, Any]] | None = None  # the last read, as reported
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"),
                 "_listed_at": float("-inf"), "_warned_until": 0.0, "_read": None,
                 "_missing_once": set(), "_turn": 0, "_ahead": None, "_reading": None, "_quiet_until": 0.0,
-                "_watcher": None, "_watching": False}
+                "_watcher": None, "_watching": False, "_base": None, "_report": None}
 
     @property
     def admin(self) -> AdminClient:
@@ -242,7 +248,8 @@ class RangeReader(DataSourceStreamReader):
         if self._quiet():
             return start
         cpu_before = time.process_time()
-        begun = batch_plan.resumed(batch_plan.decode(start), read_positions(self.plan.positions_path))
+        started = self._decode(start)
+        begun = batch_plan.resumed(started, read_positions(self.plan.positions_path))
         cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         try:
             ahead = self._read_ahead_answers()
@@ -272,11 +279,43 @@ class RangeReader(DataSourceStreamReader):
         end = batch_plan.admit(begun, latest, {**deleted_to, **log_starts}, cap, self._turn)
         if end != begun:
             self._turn += 1  # a batch runs: the next one moves the next turn's partitions (P6)
-        elif begun == batch_plan.decode(start):
+        elif begun == started:
             self._begin_quiet(time.process_time() - cpu_before, latest)
         if batch_plan.fills(end, latest, cap):
             self._read_ahead(tps)
-        return batch_plan.encode(end)
+        if end == started:
+            return start  # offset_bases B2, whichever base start names
+        moved = {tp: o - begun[tp] for tp, o in end.items() if o > begun.get(tp, o)}
+        return self._encode(end, batch_plan.full(sum(moved.values()), cap, len(moved)))
+
+    def _decode(self, offsets: Mapping[str, Any]) -> dict[TopicPartition, int]:
+        """Every partition's offset an offset of this source stands for (a base read when it names another)."""
+        number = offset_bases.base_number(offsets)
+        if number is not None and (self._base is None or self._base.number != number):
+            if self.plan.bases_path is None:
+                raise OperationalError(f"flow {self.plan.flow}: an offset names base {number}, and the planner "
+                                       "has no folder of bases")
+            try:
+                self._base = offset_log.read_base(Path(self.plan.bases_path), number)
+            except (OSError, ValueError) as exc:
+                raise OperationalError(f"flow {self.plan.flow}: the checkpoint's offset base {number} cannot be read "
+                                       f"({exc}); restore {self.plan.bases_path}, or move the checkpoint aside: "
+                                       "a new one resumes where the offset syncs say") from None
+        return offset_bases.expand(offsets, self._base)
+
+    def _encode(self, offsets: Mapping[TopicPartition, int], full: bool) -> dict[str, Any]:
+        """Offsets as Spark logs them: against the base (a new one when due, or for a `full` batch: offset_bases
+        B3), or whole."""
+        if self.plan.bases_path is None:
+            return batch_plan.encode(offsets)
+        base, moved = self._base, offset_bases.moved(offsets, self._base)
+        if base is None or moved is None or (full and moved):
+            folder = Path(self.plan.bases_path)
+            numbers = offset_log.base_numbers(folder)
+            base = self._base = offset_bases.Base(numbers[-1] + 1 if numbers else 0, dict(offsets))
+            offset_log.write_base(folder, base)
+            moved = {}
+        return offset_bases.entry(base, moved)
 
     def _quiet(self) -> bool:
         """S6: whether this trigger reads no ends, the flow idle; a record the watcher is given ends the spell."""
@@ -322,10 +361,14 @@ class RangeReader(DataSourceStreamReader):
     def reportLatestOffset(self) -> dict[str, Any] | None:
         """The source's end offsets as last read and when (S5): the query's progress shows them to the driver (its
         lag, its mirrored-through time). Spark only reports this, it plans nothing from it."""
-        return source_reads.report(self._read) if self._read is not None else None
+        if self._read is None:
+            return None
+        if self._report is None or self._report[0] is not self._read:  # made once a read: asked at every trigger
+            self._report = (self._read, source_reads.report(self._read))
+        return self._report[1]
 
     def partitions(self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> list[SlotRanges]:
-        slots = batch_plan.slot_ranges(batch_plan.decode(start), batch_plan.decode(end), self.plan.slots)
+        slots = batch_plan.slot_ranges(self._decode(start), self._decode(end), self.plan.slots)
         return [SlotRanges(ranges) for ranges in slots]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str, int, int, int]]:
