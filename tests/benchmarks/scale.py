@@ -16,7 +16,8 @@ spread over every partition before the flow starts. Per size it measures:
   - the offset-sync state a restart reads: live records, seconds and MiB (peak RSS growth) of reading it whole in
     a process of its own (`offset_sync_log.read`);
   - a checkpoint round (`mirrorflow checkpoint --flow`, a process of its own) for `--groups` consumer groups, group
-    i committed at random offsets on every partition of topic i mod topics: seconds and the process's peak RSS, on
+    i committed at random offsets on every partition of topic i mod topics: seconds, the process's peak RSS and
+    the client requests both clusters' brokers counted meanwhile (benchmarks.broker_requests), on
     the LAN and with the target behind a link delayed WAN_ONE_WAY_MS each way (Toxiproxy; the task beside the
     source, the target across the WAN). A round still running after `--round-limit` seconds is stopped and
     recorded as that limit, marked `capped`.
@@ -44,6 +45,7 @@ from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support, benchmarks
+from benchmarks.broker_requests import BrokerRequests, broker_pid_files  # noqa: E402
 from benchmarks.mirror import PeakMemory, cpu_seconds  # noqa: E402
 
 QUIET = {"log_level": 3}
@@ -420,13 +422,18 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
               f"{row['sync_read_s']:.1f} s, {row['sync_read_mib']:.0f} MiB", flush=True)
 
         row["group_partitions"] = commit_groups(topics, args.groups, random.Random(7))
+        brokers = BrokerRequests(broker_pid_files(lan, ("src", "dst")))
         for where, path in (("lan", lan), ("wan", wan)):
             if where == "wan":
                 for node, (listener, proxy) in enumerate(WAN):
                     name = f"dst-{node}"
                     links.add(netfaults.Link(name, f"127.0.0.1:{proxy}", f"127.0.0.1:{listener}"))
                     links.delay(name, WAN_ONE_WAY_MS)
+            before = brokers.counts()
             seconds, peak_mib, out, capped = in_own_process(ROUND, path, args.round_limit)
+            asked = brokers.counts() - before
+            row[f"checkpoint_requests_{where}"] = sum(asked.values())
+            row[f"checkpoint_requests_by_kind_{where}"] = dict(asked.most_common())
             if args.profile_rounds:
                 (work / f"round-{where}.txt").write_text(out)
             row[f"checkpoint_round_s_{where}"] = seconds if capped else value(out, "round_s")
@@ -436,8 +443,9 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
             row["checkpoint_task_peak_mib"] = max(row.get("checkpoint_task_peak_mib", 0.0), peak_mib)
             print(f"  checkpoint round, {args.groups:,} groups ({row['group_partitions']:,} group-partitions), "
                   f"{where}: {row[f'checkpoint_round_s_{where}']:.1f} s{' (capped)' if capped else ''}, "
-                  f"peak RSS {peak_mib:,.0f} MiB", flush=True)
-        row["checkpoint_requests"] = None  # not counted yet
+                  f"peak RSS {peak_mib:,.0f} MiB, {sum(asked.values()):,} requests "
+                  f"({', '.join(f'{k} {n:,}' for k, n in asked.most_common(6))})", flush=True)
+        row["checkpoint_requests"] = row["checkpoint_requests_lan"]
     finally:
         flow.stop()
         links.stop()
@@ -485,8 +493,9 @@ def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse
           f"{args.groups:,} groups)\n")
     print("| partitions | records/s (x 12) | first copy | restart to first copy | idle cores | offset-log entry, "
           "100 moved "
-          "| offset syncs read on restart | peak PSS (x 12) | checkpoint round LAN / WAN | round's peak RSS |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| offset syncs read on restart | peak PSS (x 12) | checkpoint round LAN / WAN | round's requests LAN / WAN "
+          "| round's peak RSS |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in [reference, *rows]:
         def cap(where: str, r: dict[str, Any] = r) -> str:
             s = r.get(f"checkpoint_round_s_{where}", float("nan"))
@@ -496,6 +505,7 @@ def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse
               f"{r['offset_log_bytes_per_batch_100_moved']:,} B | {r['sync_records_live']:,} in "
               f"{r['sync_read_s']:.1f} s, {r['sync_read_mib']:.0f} MiB | {r['peak_pss_mib']:,.0f} MiB "
               f"({r.get('peak_pss_over_12', 1.0):.2f}) | {cap('lan')} / {cap('wan')} | "
+              f"{r.get('checkpoint_requests_lan', 0):,} / {r.get('checkpoint_requests_wan', 0):,} | "
               f"{r['checkpoint_task_peak_mib']:,.0f} MiB |")
 
 
