@@ -93,8 +93,8 @@ def test_an_idle_flows_ends_are_read_again_only_after_the_read_budget_allows_and
         reader.stop()
 
 
-def test_a_record_arriving_in_a_watched_idle_spell_ends_it_at_once(local_clusters: config.MirrorConfig,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_watcher_stays_assigned_from_spell_to_spell_and_a_record_arriving_ends_the_spell_at_once(
+        local_clusters: config.MirrorConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     topic = "source.watched"
     create_topic(ALPHA, topic, 3)
     _produce(topic, 10)
@@ -104,9 +104,13 @@ def test_a_record_arriving_in_a_watched_idle_spell_ends_it_at_once(local_cluster
                                     max_records=100, starting="earliest", watch_settings=settings))
     start = {(topic, 0): 10, (topic, 1): 0, (topic, 2): 0}
     try:
-        assert _trigger(reader, start, 100) == start  # idle: a spell of QUIET_MAX_S begins, watched
-        assert reader._watching and reader._quiet_until - time.monotonic() > range_source.QUIET_MAX_S - 5
+        assert _trigger(reader, start, 100) == start  # idle: a spell of WATCHED_MAX_S begins, watched
+        assert reader._watching and reader._quiet_until - time.monotonic() > range_source.WATCHED_MAX_S - 5
         assert _trigger(reader, start, 100) == start
+        watched = reader._watched
+        reader._quiet_until = 0.0  # the spell over: the read finds the same ends, and the watcher stays as it was
+        assert _trigger(reader, start, 100) == start
+        assert reader._watching and reader._watched is watched
         p = Producer({"bootstrap.servers": ALPHA, **QUIET})
         p.produce(topic, b"late", partition=2)
         assert p.flush(30) == 0

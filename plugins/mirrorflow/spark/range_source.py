@@ -28,12 +28,15 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
       (batch_plan P9), so Spark's offsets follow the copy instead of falling behind it. A file missing or
       unreadable plans from Spark's start, as before.
   S6  An idle flow's ends are read at most IDLE_READ_SHARE of a core's time: after a read that found nothing new,
-      the next waits as long as that read's CPU time over IDLE_READ_SHARE, at most QUIET_MAX_S (at 12 partitions
-      a read costs about a millisecond: every trigger reads). A spell longer than WATCH_FROM_S is watched: a
-      consumer assigned every partition at the ends just read, whose fetches the brokers hold until a record
-      arrives, ends the spell at the first record it is given. Every trigger reads again once a batch runs. The
-      ends reported (S5) are those of the spell's first read: a quiet flow's mirrored-through time is up to
-      QUIET_MAX_S old, never later than the truth.
+      the next waits as long as that read's CPU time over IDLE_READ_SHARE, at most QUIET_MAX_S, or WATCHED_MAX_S
+      for a watched spell (at 12 partitions a read costs about a millisecond: every trigger reads). A spell longer
+      than WATCH_FROM_S is watched: a consumer assigned every partition at the ends just read, whose fetches the
+      brokers hold until a record arrives, ends the spell at the first record it is given. The watcher stays
+      assigned from one spell to the next while the ends do not move (assigning 24,000 partitions took librdkafka
+      most of a core: each partition's fetch start is a sorted insert into its broker's queue); a batch, a record
+      given to it, or other ends release it. Every trigger reads again once a batch runs. The ends reported (S5)
+      are those of the spell's first read: a quiet flow's mirrored-through time is up to the spell's length old,
+      never later than the truth.
 
 Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
 The plan holds the source's admin settings (secrets: never printed); the reader opens its admin client lazily.
@@ -70,8 +73,12 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_S = 10.0  # the planner's default metadata interval (MM2's 600 s default would hold a new topic 10 minutes)
 IDLE_READ_SHARE = 0.02  # S6: of a core, what reading an idle flow's ends may cost
-QUIET_MAX_S = 10.0  # S6: the longest spell without a read
+QUIET_MAX_S = 10.0  # S6: the longest spell without a read, unwatched
+WATCHED_MAX_S = 60.0  # S6: the longest watched spell (a record ends it at once)
 WATCH_FROM_S = 0.5  # S6: a spell this long or longer is watched by a consumer
+# S6: how long a broker holds the watcher's fetch when no record comes (a record answers it at once): each answer
+# has its broker thread go over every partition it watches (24,000 every half second took a fifth of a core).
+WATCH_FETCH_WAIT_MS = 5_000
 NAME = "mirrorflow_ranges"
 RANGES_DDL = "topic string, partition int, from_offset long, until_offset long"
 
@@ -155,6 +162,7 @@ class RangeReader(DataSourceStreamReader):
         self._quiet_until = 0.0  # S6: no ends read before then (monotonic), the flow being idle
         self._watcher: Consumer | None = None  # S6: assigned during a watched spell only
         self._watching = False
+        self._watched: Mapping[TopicPartition, int] | None = None  # S6: where the watcher was assigned
         self._base: offset_bases.Base | None = None  # the base last made or read
         self._report: tuple[source_reads.EndsRead, dict[str, Any]] | None = None  # the last read, as reported
 
@@ -162,7 +170,7 @@ class RangeReader(DataSourceStreamReader):
         return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"),
                 "_listed_at": float("-inf"), "_warned_until": 0.0, "_read": None,
                 "_missing_once": set(), "_turn": 0, "_ahead": None, "_reading": None, "_quiet_until": 0.0,
-                "_watcher": None, "_watching": False, "_base": None, "_report": None}
+                "_watcher": None, "_watching": False, "_watched": None, "_base": None, "_report": None}
 
     @property
     def admin(self) -> AdminClient:
@@ -279,6 +287,7 @@ class RangeReader(DataSourceStreamReader):
         end = batch_plan.admit(begun, latest, {**deleted_to, **log_starts}, cap, self._turn)
         if end != begun:
             self._turn += 1  # a batch runs: the next one moves the next turn's partitions (P6)
+            self._stop_watching()
         elif begun == started:
             self._begin_quiet(time.process_time() - cpu_before, latest)
         if batch_plan.fills(end, latest, cap):
@@ -320,8 +329,7 @@ class RangeReader(DataSourceStreamReader):
     def _quiet(self) -> bool:
         """S6: whether this trigger reads no ends, the flow idle; a record the watcher is given ends the spell."""
         if time.monotonic() >= self._quiet_until:
-            self._stop_watching()
-            return False
+            return False  # a watcher stays assigned: the read may find the same ends (S6)
         if self._watching and self._watcher is not None:
             try:
                 woken = any(m.error() is None for m in self._watcher.consume(64, 0))
@@ -334,27 +342,32 @@ class RangeReader(DataSourceStreamReader):
         return True
 
     def _begin_quiet(self, read_cpu_s: float, ends: Mapping[TopicPartition, int]) -> None:
-        spell = min(QUIET_MAX_S, read_cpu_s / IDLE_READ_SHARE)
+        watched = self.plan.watch_settings is not None and read_cpu_s / IDLE_READ_SHARE >= WATCH_FROM_S
+        spell = min(WATCHED_MAX_S if watched else QUIET_MAX_S, read_cpu_s / IDLE_READ_SHARE)
         self._quiet_until = time.monotonic() + spell
-        if spell < WATCH_FROM_S or self.plan.watch_settings is None:
+        if not watched:
+            self._stop_watching()
             return
+        if self._watching and self._watched == ends:
+            return  # S6: assigned where these ends are, and given no record since
+        self._stop_watching()
         try:
             if self._watcher is None:
-                self._watcher = Consumer({**self.plan.watch_settings, "group.id": f"mirrorflow-watch-{self.plan.flow}",
-                                          "enable.auto.commit": False, "enable.partition.eof": False,
-                                          "auto.offset.reset": "latest", "fetch.wait.max.ms": 500,
-                                          "queued.min.messages": 1, "max.partition.fetch.bytes": 1024,
-                                          "isolation.level": ("read_committed" if self.plan.read_committed
-                                                              else "read_uncommitted")})
+                self._watcher = Consumer({
+                    **(self.plan.watch_settings or {}), "group.id": f"mirrorflow-watch-{self.plan.flow}",
+                    "enable.auto.commit": False, "enable.partition.eof": False, "auto.offset.reset": "latest",
+                    "fetch.wait.max.ms": WATCH_FETCH_WAIT_MS, "queued.min.messages": 1,
+                    "max.partition.fetch.bytes": 1024,
+                    "isolation.level": "read_committed" if self.plan.read_committed else "read_uncommitted"})
             self._watcher.assign([ConfluentTopicPartition(t, p, o) for (t, p), o in ends.items()])
-            self._watching = True
+            self._watching, self._watched = True, dict(ends)
         except KafkaException as exc:
             log.info("flow %s: no watcher for the idle spell (%s); the ends are read when it ends", self.plan.flow,
                      exc)
 
     def _stop_watching(self) -> None:
         if self._watching and self._watcher is not None:
-            self._watching = False
+            self._watching, self._watched = False, None
             with contextlib.suppress(KafkaException):
                 self._watcher.unassign()
 
