@@ -30,12 +30,12 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
   S6  An idle flow's ends are read at most IDLE_READ_SHARE of a core's time: after a read that found nothing new,
       the next waits as long as that read's CPU time over IDLE_READ_SHARE, at most QUIET_MAX_S, or WATCHED_MAX_S
       for a watched spell (at 12 partitions a read costs about a millisecond: every trigger reads). A spell longer
-      than WATCH_FROM_S is watched: a consumer assigned every partition at the ends just read, whose fetches the
-      brokers hold until a record arrives, ends the spell at the first record it is given. The watcher stays
-      assigned from one spell to the next while the ends do not move (assigning 24,000 partitions took librdkafka
-      most of a core: each partition's fetch start is a sorted insert into its broker's queue); a batch, a record
-      given to it, or other ends release it. Every trigger reads again once a batch runs. The ends reported (S5)
-      are those of the spell's first read: a quiet flow's mirrored-through time is up to the spell's length old,
+      than WATCH_FROM_S is watched, in a flow of at most WATCH_MAX_PARTITIONS partitions: a consumer assigned every
+      partition at the ends just read, whose fetches the brokers hold until a record arrives, ends the spell at the
+      first record it is given. The watcher stays assigned from one spell to the next while the ends do not move
+      (librdkafka's assignment is work per partition); a batch, a record given to it, or other ends release it.
+      Every trigger reads again once a batch runs. The ends reported (S5) are those of the spell's first read: a
+      quiet flow's mirrored-through time is up to the spell's length old,
       never later than the truth.
 
 Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
@@ -79,6 +79,10 @@ WATCH_FROM_S = 0.5  # S6: a spell this long or longer is watched by a consumer
 # S6: how long a broker holds the watcher's fetch when no record comes (a record answers it at once): each answer
 # has its broker thread go over every partition it watches (24,000 every half second took a fifth of a core).
 WATCH_FETCH_WAIT_MS = 5_000
+# S6: the most partitions a watcher is assigned. A broker keeps each waiting fetch on a watch list of every partition
+# in it until about a thousand fetches have finished (`fetch.purgatory.purge.interval.requests`): a watcher of
+# 24,000 partitions filled a 1 GiB source broker's heap. A larger flow's spells are not watched (QUIET_MAX_S).
+WATCH_MAX_PARTITIONS = 1_000
 NAME = "mirrorflow_ranges"
 RANGES_DDL = "topic string, partition int, from_offset long, until_offset long"
 
@@ -342,7 +346,8 @@ class RangeReader(DataSourceStreamReader):
         return True
 
     def _begin_quiet(self, read_cpu_s: float, ends: Mapping[TopicPartition, int]) -> None:
-        watched = self.plan.watch_settings is not None and read_cpu_s / IDLE_READ_SHARE >= WATCH_FROM_S
+        watched = (self.plan.watch_settings is not None and read_cpu_s / IDLE_READ_SHARE >= WATCH_FROM_S
+                   and len(ends) <= WATCH_MAX_PARTITIONS)
         spell = min(WATCHED_MAX_S if watched else QUIET_MAX_S, read_cpu_s / IDLE_READ_SHARE)
         self._quiet_until = time.monotonic() + spell
         if not watched:
