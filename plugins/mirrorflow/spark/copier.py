@@ -16,9 +16,9 @@ one summary row per source partition. No record crosses into the JVM.
   C3  A range that makes no progress for STALL_S fails the task (the query restarts from its checkpoint),
       naming the partitions.
   C4  The partitions a task read stay assigned to its worker's consumer (unless they are more than KEPT_MAX: then
-      none do), which goes on prefetching them; the next
-      task of that worker keeps a partition only if its next record (held, or to be fetched) is exactly where
-      its new range starts, and assigns every other one afresh at its range's start.
+      none do), which goes on prefetching them; the next task of that worker keeps a partition only if its next
+      record (held, or to be fetched) is exactly where its new range starts, and assigns every other one afresh at
+      its range's start.
   C5  An end-of-partition event at or past a range's end closes it: every record below was dequeued (a range of
       transaction markers only has no record to wait for).
   C6  A batch that lingers (`spec.linger_until`, a wall-clock deadline) reads every partition of its ranges on
@@ -77,12 +77,12 @@ SLICE_S = 0.005
 # read finds less than it asks for at once whenever the link is slower than the copy, so without this floor a
 # backlog was committed every 50 ms, and the bench's wan mode beside the target copied at about half the rate.
 SLICE_BEHIND_S = 1.0
-_LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0
+_LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0  # new topics asked for one by one, more in one request for all
 # C4 keeps a task's partitions assigned only up to this many. A broker holds each fetch that waits for records
 # (fetch.min.bytes, fetch.wait.max.ms) on a watch list of every partition in it, and drops finished ones only after
 # about a thousand have finished (`fetch.purgatory.purge.interval.requests`): idle consumers of 12,000 partitions
 # each filled a 1 GiB source broker's heap within minutes.
-KEPT_MAX = 1_000  # new topics asked for one by one, more in one request for all
+KEPT_MAX = 1_000
 
 _READERS: dict[str, _Reader] = {}  # flow -> this worker's reader (bound: the flows this worker copies)
 cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses reach the driver: consumer_inits)

@@ -35,8 +35,7 @@ give the same ranges (batch_plan.slot_ranges) to anyone who does.
       first record it is given. The watcher stays assigned from one spell to the next while the ends do not move
       (librdkafka's assignment is work per partition); a batch, a record given to it, or other ends release it.
       Every trigger reads again once a batch runs. The ends reported (S5) are those of the spell's first read: a
-      quiet flow's mirrored-through time is up to the spell's length old,
-      never later than the truth.
+      quiet flow's mirrored-through time is up to the spell's length old, never later than the truth.
 
 Spark pickles the source's class to its Python processes: `source_class` makes one per query, holding the plan.
 The plan holds the source's admin settings (secrets: never printed); the reader opens its admin client lazily.
@@ -77,7 +76,7 @@ QUIET_MAX_S = 10.0  # S6: the longest spell without a read, unwatched
 WATCHED_MAX_S = 60.0  # S6: the longest watched spell (a record ends it at once)
 WATCH_FROM_S = 0.5  # S6: a spell this long or longer is watched by a consumer
 # S6: how long a broker holds the watcher's fetch when no record comes (a record answers it at once): each answer
-# has its broker thread go over every partition it watches (24,000 every half second took a fifth of a core).
+# has librdkafka go over every partition watched, and leaves a finished fetch on the broker's watch lists.
 WATCH_FETCH_WAIT_MS = 5_000
 # S6: the most partitions a watcher is assigned. A broker keeps each waiting fetch on a watch list of every partition
 # in it until about a thousand fetches have finished (`fetch.purgatory.purge.interval.requests`): a watcher of
