@@ -16,7 +16,7 @@ from mirrorflow.kafka import writers
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.rules.batch_plan import Range
-from mirrorflow.spark import copier, stream_writer, writer_producers
+from mirrorflow.spark import copier, stream_writer, writer_seats
 from mirrorflow.spark.writer_spec import Gap, Run, Slice, WriterSpec
 from support.clusters import PORTS
 from support.streams import QUIET, create_topic
@@ -132,21 +132,21 @@ def test_a_linger_the_driver_ends_early_ends_where_the_partition_got_to_long_bef
         for _, part in copier._runs(lingering, [Range("copier.ended", 0, 0, 10)]):
             if isinstance(part, Run):
                 read += part.offsets
-            if len(read) == 30 and not writer_producers.end_linger(lingering):  # told once it has read what there is
+            if len(read) == 30 and not writer_seats.end_linger(lingering):  # told once it has read what there is
                 pytest.fail("a local batch's linger can be ended")
     finally:
-        writer_producers.drop_seat_claims(lingering)
+        writer_seats.drop_seat_claims(lingering)
     assert read == list(range(30))  # past its range's end (C6), up to where it got to
     assert time.monotonic() - began < 30  # not the 120 s deadline
     # Ended before a task starts: the task reads its range to its end and no further (C1).
     ended = dataclasses.replace(lingering, batch_key=f"copier-{uuid.uuid4().hex}")
-    assert writer_producers.end_linger(ended)
+    assert writer_seats.end_linger(ended)
     try:
         began = time.monotonic()
         read = [o for _, r in copier._runs(ended, [Range("copier.ended", 0, 0, 10)])
                 if isinstance(r, Run) for o in r.offsets]
     finally:
-        writer_producers.drop_seat_claims(ended)
+        writer_seats.drop_seat_claims(ended)
     assert read == list(range(10)) and time.monotonic() - began < 30
 
 

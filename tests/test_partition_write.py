@@ -1,4 +1,4 @@
-"""The writer's decisions about a partition's records (rules/partition_write PW1-PW6), on their own."""
+"""The writer's decisions about a partition's records (rules/partition_write PW1-PW8), on their own."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from mirrorflow.rules.partition_write import (
     queue_fills_unsent,
     records_to_write,
     reported_records,
+    task_outcome,
     unflushed_allowance,
+    write_failure,
 )
 
 ascending = st.lists(st.integers(0, 400), min_size=1, max_size=60, unique=True).map(sorted)
@@ -108,3 +110,43 @@ def test_a_full_queue_is_flushed_at_once_when_its_partitions_may_each_hold_a_bat
     assert queue_fills_unsent(600, 65_536, 1_048_576)
     assert queue_fills_unsent(2, 1_024, 524_288)  # a small queue
 
+
+
+STUCK, PURGED, TOO_LARGE, DENIED = frozenset({7, 8}), frozenset({-152}), 10, 29
+codes = st.sampled_from([7, 8, -152, TOO_LARGE, DENIED])
+
+
+@given(st.lists(st.tuples(codes, st.integers(1, 10_000)), max_size=8))
+def test_a_partition_is_stuck_only_when_every_failure_may_pass_and_a_refusal_names_the_largest_too_large_record(
+        failures: list[tuple[int, int]]) -> None:
+    """PW7."""
+    found = write_failure([c for c, _ in failures], [f for _, f in failures], stuck=STUCK, purged=PURGED,
+                          too_large=TOO_LARGE)
+    if not failures:
+        assert found is None
+        return
+    assert found is not None
+    passing = all(c in STUCK | PURGED for c, _ in failures)
+    assert found.refused is not passing
+    named = failures[found.index]
+    if passing:
+        assert named[0] in STUCK or not any(c in STUCK for c, _ in failures)
+        assert all(c not in STUCK for c, _ in failures[:found.index])
+    elif any(c == TOO_LARGE for c, _ in failures):
+        assert named[1] == max(f for _, f in failures)
+    else:
+        assert found.index == 0
+
+
+@given(st.dictionaries(st.integers(0, 20), st.none() | codes, max_size=8), st.booleans())
+def test_a_transaction_commits_only_when_nothing_failed_and_aborts_exactly_its_failed_partitions_as_stuck(
+        failures: dict[int, int | None], halted: bool) -> None:
+    """PW8: stuck are the partitions failed for a cause of their own; a purge or a halt alone is retried."""
+    outcome = task_outcome(failures, purged=PURGED, halted=halted)
+    own = {p for p, c in failures.items() if c is not None and c not in PURGED}
+    if own:
+        assert (outcome.action, outcome.stuck) == ("abort", own)
+    elif halted or any(c is not None for c in failures.values()):
+        assert (outcome.action, outcome.stuck) == ("retry", frozenset())
+    else:
+        assert (outcome.action, outcome.stuck) == ("commit", frozenset())

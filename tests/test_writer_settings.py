@@ -1,5 +1,5 @@
 """The writers' producer settings (kafka/writers): an operator's batching and compression reach them, the guarantees
-do not move; a batch's writer seats (spark/writer_producers)."""
+do not move; a batch's writer seats (spark/writer_seats)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from mirrorflow.errors import ConfigError, RetryableError
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS
 from mirrorflow.kafka.writers import check_tuning, driver_config, writer_config
-from mirrorflow.spark import writer_producers
+from mirrorflow.spark import writer_producers, writer_seats
 
 
 def test_the_targets_batching_and_compression_settings_reach_the_writer() -> None:
@@ -70,18 +70,18 @@ def test_batching_settings_the_writer_takes_pass_the_check() -> None:
 def test_every_seat_of_a_batch_is_claimed_once_whichever_worker_runs_which_task(tmp_path: Path) -> None:
     claims = tmp_path / "seats-b1"
     # Task 0 runs on the worker that wrote from seat 1 last batch, task 1 on a worker that had seat 0.
-    assert writer_producers.claim_seat(claims, 2, task=0, attempt=0, preferred=1) == 1
-    assert writer_producers.claim_seat(claims, 2, task=1, attempt=0, preferred=0) == 0
+    assert writer_seats.claim_seat(claims, 2, task=0, attempt=0, preferred=1) == 1
+    assert writer_seats.claim_seat(claims, 2, task=1, attempt=0, preferred=0) == 0
     with pytest.raises(RetryableError, match="more tasks than seats"):
-        writer_producers.claim_seat(claims, 2, task=2, attempt=0, preferred=None)
+        writer_seats.claim_seat(claims, 2, task=2, attempt=0, preferred=None)
 
 
 def test_a_worker_without_a_seat_takes_a_free_one_and_a_retry_takes_its_first_attempts(tmp_path: Path) -> None:
     claims = tmp_path / "seats-b2"
-    assert writer_producers.claim_seat(claims, 3, task=2, attempt=0, preferred=None) == 0
-    assert writer_producers.claim_seat(claims, 3, task=0, attempt=0, preferred=0) == 1  # its seat was taken
-    assert writer_producers.claim_seat(claims, 3, task=2, attempt=1, preferred=None) == 0  # the retry of task 2
-    assert writer_producers.claim_seat(claims, 3, task=1, attempt=1, preferred=None) == 2  # died before claiming
+    assert writer_seats.claim_seat(claims, 3, task=2, attempt=0, preferred=None) == 0
+    assert writer_seats.claim_seat(claims, 3, task=0, attempt=0, preferred=0) == 1  # its seat was taken
+    assert writer_seats.claim_seat(claims, 3, task=2, attempt=1, preferred=None) == 0  # the retry of task 2
+    assert writer_seats.claim_seat(claims, 3, task=1, attempt=1, preferred=None) == 2  # died before claiming
 
 
 def test_a_kept_producer_is_crowded_only_when_most_of_many_topics_it_knows_are_not_the_tasks() -> None:

@@ -67,7 +67,7 @@ from mirrorflow.rules.filters import java_regex_to_python
 from mirrorflow.rules.flow_state import FlowState, PartitionSummary
 from mirrorflow.rules.offset_syncs import Release, Writers
 from mirrorflow.rules.partition_report import PartitionReport
-from mirrorflow.spark import copier, range_source, spark_session, writer_producers
+from mirrorflow.spark import copier, range_source, spark_session, writer_seats
 from mirrorflow.spark.writer_spec import WriterSpec
 from mirrorflow.status import metrics
 
@@ -391,7 +391,7 @@ class _Driver:
         self.ending_query = True
         running = self.running_batch
         # With no batch running yet, one about to start sees `ending_query` (a local master) or lingers its full time.
-        told = self._local_master() if running is None else writer_producers.end_linger(running)
+        told = self._local_master() if running is None else writer_seats.end_linger(running)
         wait_s = STOP_WAIT_S + (0 if told else self.settings.linger_ms / 1000)
         deadline = time.monotonic() + wait_s
         try:
@@ -511,13 +511,13 @@ class _Driver:
         self.running_batch = spec
         try:
             if self.ending_query:  # _stop looked before this batch was running
-                writer_producers.end_linger(spec)
+                writer_seats.end_linger(spec)
             rows: list[PartitionReport] = (
                 self.spark.sparkContext.range(len(slots), numSlices=len(slots))
                 .mapPartitions(functools.partial(copier.copy_slots, spec, slots)).collect()) if slots else []
         finally:
             self.running_batch = None
-            writer_producers.drop_seat_claims(spec)
+            writer_seats.drop_seat_claims(spec)
         written = time.monotonic()
         self.metrics.count_producer_inits(sum(r.producer_inits for r in rows))
         self.metrics.count_consumer_inits(sum(r.consumer_inits for r in rows), sum(r.consumer_uses for r in rows))

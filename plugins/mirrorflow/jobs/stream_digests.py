@@ -37,7 +37,7 @@ class StreamDigests:
             begin = begins.get(r.tp, r.first_offset)
             if begin is None or r.stuck or r.aborted:
                 continue
-            end = max(ends.get(r.tp, -1), -1 if r.upstream_next is None else r.upstream_next)
+            end = max((e for e in (ends.get(r.tp), r.upstream_next) if e is not None), default=begin)
             units += self.ledger.add(r.tp, begin, end, list(r.digests), now)
         written = {r.tp for r in reports}
         for tp, end in quiet.items():  # no record of the batch (or its trailing markers, covered above)

@@ -45,7 +45,7 @@ class StreamProgress:
         self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
         self.last_report: Any = None  # the planner's report of its newest read, as the progress last held it
         self.last_stamp: tuple[Any, Any] | None = None  # (batch id, timestamp) of the progress last observed
-        self.batches_written = -1  # the metrics' batch count when the status file was last written
+        self.batches_written: int | None = None  # the metrics' batch count when the status file was last written
         self.view = source_view.ViewWriter(link)
         self.last_status = self.last_log = time.monotonic()
         self.logged: tuple[Any, ...] | None = None  # the shape of the last progress line

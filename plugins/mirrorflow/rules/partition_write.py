@@ -21,13 +21,22 @@ Invariants:
        copy of every digest cell the run enters and the run's last record.
   PW6  `unflushed_allowance` counts at most 10,000 records a partition (librdkafka's batch.num.messages default)
        and at least one; `queue_fills_unsent` holds from queue_kbytes * 1024 / batch_size partitions on.
+  PW7  `write_failure`: a partition whose failed records all failed for a cause the target may get over (stuck:
+       timed out, no leader, too few replicas; or purged: dropped by a transaction that failed for another
+       partition) is stuck, named by its first stuck failure; any other failure is a refusal that stops the flow,
+       named by its largest record when one was too large (the broker refuses a whole batch for it).
+  PW8  `task_outcome`: a task's transaction commits only when no partition failed and nothing was purged or cut
+       short; with no partition failed for a cause of its own it is retried (the query restarts and resumes from
+       the committed positions); otherwise it aborts, its failed partitions stuck and every other one aborted
+       (written again at once): stuck and aborted partitions are disjoint and cover the task.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
 
 from mirrorflow.rules import batch_plan, digests
 from mirrorflow.rules.anchors import Anchor
@@ -114,3 +123,46 @@ def queue_fills_unsent(partitions: int, queue_kbytes: int, batch_size: int) -> b
     A backlog over many partitions copies each partition's range at once and leaves its last batch filling: 1,200
     partitions of 1,667 records of 1 KiB left 0.68 MiB a partition lingering, and a 64 MiB queue full of them."""
     return partitions * batch_size >= queue_kbytes * 1024
+
+
+@dataclass(frozen=True)
+class WriteFailure:
+    """PW7: the failed record that names a partition's failure (an index into its failures), and whether the
+    target refused it (the flow stops) or the partition is stuck."""
+
+    index: int
+    refused: bool
+
+
+def write_failure(codes: Sequence[int], framed: Sequence[int], *, stuck: Collection[int], purged: Collection[int],
+                  too_large: int) -> WriteFailure | None:
+    """PW7 for a partition's failed records, each its error `codes[i]` and its size with headers `framed[i]`."""
+    if not codes:
+        return None
+    if all(c in stuck or c in purged for c in codes):
+        return WriteFailure(next((i for i, c in enumerate(codes) if c in stuck), 0), refused=False)
+    if too_large in codes:
+        return WriteFailure(max(range(len(codes)), key=lambda i: framed[i]), refused=True)
+    return WriteFailure(0, refused=True)
+
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class TaskOutcome(Generic[P]):
+    """PW8: what a transactional task does once its writes are flushed."""
+
+    action: Literal["commit", "retry", "abort"]
+    stuck: frozenset[P] = frozenset()
+
+
+def task_outcome(failures: Mapping[P, int | None], *, purged: Collection[int], halted: bool) -> TaskOutcome[P]:
+    """PW8: `failures`, each partition's failure code (None: every record taken); `halted`: the transaction failed
+    while the task was still producing."""
+    failed = frozenset(p for p, code in failures.items() if code is not None and code not in purged)
+    if failed:
+        return TaskOutcome("abort", failed)
+    if halted or any(code is not None for code in failures.values()):
+        return TaskOutcome("retry")
+    return TaskOutcome("commit")

@@ -4,7 +4,8 @@ Spark plans the micro-batches (spark/range_source: the end offsets, in its offse
 ranges per task slot (rules/batch_plan) and runs `copy_slots` as a Python RDD job, one task per slot. It reads
 each range with a librdkafka consumer kept by the Python worker (connections, metadata and fetch sessions survive
 from one micro-batch to the next) and hands runs of records to the stream writer, which produces them and yields
-one summary row per source partition. No record crosses into the JVM.
+one summary row per source partition. No record crosses into the JVM. Where a read of a range stands and when it
+closes are rules/range_cursor's decisions (RC1-RC5).
 
   C1  A range is read from `from` to `until` (exclusive) and no further: records at or past `until` are held
       for the next batch (C4), never handed to the writer of this one; a lingering batch's `until` is where its
@@ -30,7 +31,7 @@ one summary row per source partition. No record crosses into the JVM.
       visible (a Slice: a transaction's commit) at most SLICE_S after it read what there is, and at least every
       SLICE_BEHIND_S while records come faster than it reads them; in a full batch (a backlog) its Slices are at
       least SLICE_BEHIND_S apart. The driver may end a batch's linger before its deadline
-      (writer_producers.end_linger): the same end, sooner.
+      (writer_seats.end_linger): the same end, sooner.
 Bound: one consumer per flow per Python worker; its prefetch queue is librdkafka's `queued.max.messages.kbytes`;
 records dequeued past the ranges' ends are held up to as many bytes as that queue may take: a partition whose
 records would take the worker past that is released (unassigned, what it held dropped), and the task that next reads
@@ -39,7 +40,6 @@ it assigns it afresh at its range's start.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import dataclasses
 import gc
@@ -52,11 +52,12 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from mirrorflow.errors import MirrorError, RetryableError
 from mirrorflow.kafka import readers
-from mirrorflow.rules import record_digest
+from mirrorflow.rules import range_cursor, record_digest
 from mirrorflow.rules.batch_plan import Range
 from mirrorflow.rules.partition_report import PartitionReport
+from mirrorflow.rules.range_cursor import OPEN
 from mirrorflow.spark.stream_writer import mirror_runs
-from mirrorflow.spark.writer_producers import lingers, writer_seat
+from mirrorflow.spark.writer_seats import lingers, writer_seat
 from mirrorflow.spark.writer_spec import Gap, PassedOver, Run, Slice, WriterSpec
 
 log = logging.getLogger(__name__)
@@ -67,7 +68,6 @@ _CONSUME_MAX = 10_000  # records per consume() call: the run the writer takes at
 # cycle begins with this wait (10 ms of a 22 ms cycle at 5,000 records/s).
 _CONSUME_WAIT_S = 0.003
 _NO_PARTITION = ("", -1)  # a Slice's: it is the task's
-_OPEN = 2**63 - 1  # a lingering partition's end: none yet (C6)
 # C6: a lingering task that has read what there is makes its copies visible at least this often. A Slice's flush and
 # commit take about 10 ms for 6 partitions (librdkafka sends a request per partition, and the broker checks each
 # partition's first write of a transaction with the coordinator), so Slices follow one another about every 16 ms at a
@@ -90,7 +90,7 @@ cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses r
 
 def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable[int]) -> Iterator[PartitionReport]:
     """mapPartitions body over `sparkContext.range(len(slots))`, one slot index per task: copy that slot's ranges
-    (a local stream's: the ranges of the writer seat the task's worker takes, writer_producers.writer_seat), then
+    (a local stream's: the ranges of the writer seat the task's worker takes, writer_seats.writer_seat), then
     yield the writer's reports (rules/partition_report), one per source partition. A Python RDD job, not a
     DataFrame one: no plan to analyse and no Arrow between the JVM and the worker (a trivial job: 23 ms against 63
     here)."""
@@ -265,7 +265,7 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
     planned = {tp: r.until_offset for tp, r in read.items()}
     # C6: until the batch's linger deadline every partition reads on past its range's end
     lingering = lingers(spec)
-    until = dict.fromkeys(planned, _OPEN) if lingering else dict(planned)
+    until = dict.fromkeys(planned, OPEN) if lingering else dict(planned)
     expected = {tp: r.from_offset for tp, r in read.items()}
     open_ = set(until)
     progress = time.monotonic()
@@ -277,15 +277,15 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
     sliced, unsliced = float("-inf"), False
 
     def past_ranges() -> bool:
-        return all(position.get(tp, -1) >= planned[tp] or eof.get(tp, -1) >= planned[tp] for tp in open_)
+        return all(range_cursor.read_to(planned[tp], position.get(tp), eof.get(tp)) for tp in open_)
 
     while open_:
         if lingering and not messages and not lingers(spec):
             lingering = False
             for tp in open_:  # C6: each partition ends where it got to, and no sooner than its range
-                until[tp] = max(planned[tp], position.get(tp, planned[tp]))
-            open_.difference_update([tp for tp in list(open_) if position.get(tp, -1) >= until[tp]
-                                     or eof.get(tp, -1) >= until[tp]])
+                until[tp] = range_cursor.linger_end(planned[tp], position.get(tp))
+            open_.difference_update([tp for tp in list(open_)
+                                     if range_cursor.read_to(until[tp], position.get(tp), eof.get(tp))])
             if not open_:
                 break
         if not messages and not first:
@@ -310,19 +310,17 @@ def _read(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Rang
                 reader.hold(tp, chunk)  # past its range's end (C1): the next batch's, if it continues here
                 continue
             # Offsets ascend within a partition: below the range (C1) dropped, at or past its end held.
-            lo = bisect.bisect_left(offsets, expected[tp])
-            hi = bisect.bisect_left(offsets, until[tp])
-            if hi > lo:
+            c = range_cursor.cut(offsets, expected[tp], until[tp])
+            if c.hi > c.lo:
                 ms, run_offsets = runs.setdefault(tp, ([], []))
-                ms.extend(chunk[lo:hi])
-                run_offsets.extend(offsets[lo:hi])
-            if hi < len(chunk):
-                open_.discard(tp)
-                reader.hold(tp, chunk[hi:])
-            elif offsets[-1] == until[tp] - 1:
+                ms.extend(chunk[c.lo:c.hi])
+                run_offsets.extend(offsets[c.lo:c.hi])
+            if c.hi < len(chunk):
+                reader.hold(tp, chunk[c.hi:])
+            if c.closes:
                 open_.discard(tp)
         if first:  # C5: a kept partition whose last end event is past its range has nothing more to read
-            open_.difference_update([tp for tp in open_ if eof.get(tp, -1) >= until[tp]])
+            open_.difference_update([tp for tp in open_ if range_cursor.read_to(until[tp], None, eof.get(tp))])
             first = False
         messages = []
         reader.release(sorted(failed))
@@ -377,9 +375,9 @@ def _event(spec: WriterSpec, reader: _Reader, read: Mapping[tuple[str, int], Ran
         if tp in reader.position:
             reader.eof[tp] = m.offset() or 0
         end = reader.eof.get(tp, 0)
-        # C6: a full batch's lingering partition ends at its end, once past its range
-        return tp in open_ and (end >= until[tp] or (spec.behind and until[tp] == _OPEN
-                                and end >= max(reader.position[tp], read[tp].until_offset))), None
+        return tp in open_ and range_cursor.closes_at_end(end, until[tp], behind=spec.behind,
+                                                          planned=read[tp].until_offset,
+                                                          position=reader.position.get(tp, end)), None
     if tp not in open_:
         if tp in reader.position:
             failed.add(tp)  # assigned afresh by the task that next reads it
@@ -423,8 +421,9 @@ def _resume_at_log_start(spec: WriterSpec, reader: _Reader, tp: tuple[str, int],
     low, high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
     reached = reader.position.get(tp, r.from_offset)
     reader.release([tp])
-    gap = Gap(reached, min(low, r.until_offset)) if r.from_offset < reached < low else None
-    if low >= r.until_offset:
+    lost = range_cursor.lost_inside(r.from_offset, r.until_offset, reached, low)
+    gap = Gap(*lost) if lost is not None else None
+    if range_cursor.exhausted(r.until_offset, low):
         return True, gap
     if high < r.from_offset:
         raise RetryableError(f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} ends at {high}, "

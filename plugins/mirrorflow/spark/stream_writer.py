@@ -6,8 +6,9 @@ and timestamp kept; a provenance header appended), waits until the target acknow
 report each, or under transactions the commit: see _PartitionWrite), then records each partition's position in
 the offset syncs (with the batch's first record, so a reader sees a replay at once); the driver turns the
 reports into anchors. It yields one PartitionReport per source partition for the driver's progress and metrics.
-What it writes of a partition and the position it records are rules/partition_write's decisions (PW1-PW6); its
-producers and writer seats are spark/writer_producers', their settings and transactional ids kafka/writers'.
+What it writes of a partition, the position it records and how a task's writes end are rules/partition_write's
+decisions (PW1-PW8); its producers are spark/writer_producers', its writer seats spark/writer_seats', their
+settings and transactional ids kafka/writers'.
 
 Delivery (`spec.transactional`: exactly-once, and at-least-once unless `mirrorflow.records.fenced = false`):
   transactional  a task's records and its partitions' offset syncs are committed in one transaction (one per
@@ -45,7 +46,7 @@ from mirrorflow.errors import MirrorError, RetryableError
 from mirrorflow.kafka import offset_sync_log, writers
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS, LeaseSuperseded
 from mirrorflow.kafka.write_failures import PURGED, STUCK, partition_state, refused_message
-from mirrorflow.rules import digests, provenance
+from mirrorflow.rules import digests, partition_write, provenance
 from mirrorflow.rules.offset_syncs import Position
 from mirrorflow.rules.partition_report import PartitionReport
 from mirrorflow.rules.partition_write import (
@@ -62,9 +63,9 @@ from mirrorflow.spark.writer_producers import (
     confirm_lease,
     discard,
     idempotent_producer,
-    task_attempt,
     transactional_producer,
 )
+from mirrorflow.spark.writer_seats import task_attempt
 from mirrorflow.spark.writer_spec import Gap, PassedOver, Run, Slice, WriterSpec
 
 log = logging.getLogger(__name__)
@@ -202,12 +203,12 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
     causes = [_CAUSES_PER_TASK]
     _flush(producer, spec, writes)
     errors = {w.tp: w.failure() for w in writes}
-    failed = {tp: err for tp, err in errors.items() if err is not None and err.code() not in PURGED}
-    purged = [err for tp, err in errors.items() if err is not None and tp not in failed]
-    if not failed and (purged or halted):  # Not fatal: the query restarts, fences, resumes from the positions.
-        why = purged[0] if purged else "no record of it was refused or timed out"
+    outcome = partition_write.task_outcome({tp: None if err is None else err.code() for tp, err in errors.items()},
+                                           purged=PURGED, halted=halted)
+    if outcome.action == "retry":  # Not fatal: the query restarts, fences, resumes from the positions.
+        why = next((err for err in errors.values() if err is not None), "no record of it was refused or timed out")
         raise RetryableError(f"flow {spec.flow}: a transaction failed on {spec.target}: {why}")
-    if not failed:
+    if outcome.action == "commit":
         for w in writes:
             w.record_syncs()
         confirm_lease(spec)
@@ -222,7 +223,8 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
             raise RetryableError(f"flow {spec.flow}: {spec.target} did not commit a transaction in time: "
                                  f"{exc.args[0].str()}") from None
     producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
-    return [(w.stuck(failed[w.tp], causes) if w.tp in failed else w.aborted()).report() for w in writes]
+    return [(w.stuck(err, causes) if w.tp in outcome.stuck and (err := errors[w.tp]) is not None
+             else w.aborted()).report() for w in writes]
 
 
 class _PartitionWrite:
@@ -387,13 +389,13 @@ class _PartitionWrite:
         spec, tp, remote = self.spec, self.tp, self.remote
         if remote is None:
             return None  # a topic the pattern matched but the flow does not replicate, or a paused partition
-        if self.failures and all(f[0].code() in STUCK or f[0].code() in PURGED for f in self.failures):
-            # Purged: a transaction that failed (another partition's records timed out) drops what it still held.
-            return next((f[0] for f in self.failures if f[0].code() in STUCK), self.failures[0][0])
-        if self.failures:
-            # The broker refuses a whole batch for one oversized record: name the largest one.
-            err, size, framed, index = max(self.failures, key=lambda f: f[2]) if any(
-                f[0].code() == KafkaError.MSG_SIZE_TOO_LARGE for f in self.failures) else self.failures[0]
+        failure = partition_write.write_failure(
+            [f[0].code() for f in self.failures], [f[2] for f in self.failures], stuck=STUCK, purged=PURGED,
+            too_large=KafkaError.MSG_SIZE_TOO_LARGE)
+        if failure is not None and not failure.refused:
+            return self.failures[failure.index][0]
+        if failure is not None:
+            err, size, framed, index = self.failures[failure.index]
             where = f"flow {spec.flow}: {spec.source} topic {tp[0]} partition {tp[1]} offset {self.written[index]}"
             raise MirrorError(refused_message(
                 where, err, size, framed, source=spec.source, target=spec.target, topic=tp[0], remote=remote,
