@@ -165,3 +165,25 @@ def test_a_declared_but_disabled_flow_is_named_with_the_key_that_enables_it(tmp_
     r = run("--config", str(cfg), "backfill", "--flow", "B->A", "--from-offsets", '{"t": {"0": 0}}')
     assert r.returncode == 2 and "flow B->A is not enabled (set B->A.enabled = true)" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_kafka_error_nothing_handled_is_one_line_and_exit_1_retryable_as_kafka_says(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The command line's boundary maps librdkafka's errors into mirrorflow's tree (kafka/clients.operational)."""
+    import argparse
+
+    from confluent_kafka import KafkaError, KafkaException
+    from mirrorflow.entry.cli import common
+    from mirrorflow.errors import OperationalError, RetryableError
+    from mirrorflow.kafka import clients
+
+    def denied(_: argparse.Namespace) -> int:
+        raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))
+
+    assert common.run(argparse.Namespace(run=denied, command="validate")) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("mirrorflow: error: Kafka: TOPIC_AUTHORIZATION_FAILED")
+    timed_out = clients.operational(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+    assert isinstance(timed_out, RetryableError)
+    denial = clients.operational(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+    assert isinstance(denial, OperationalError) and not isinstance(denial, RetryableError)

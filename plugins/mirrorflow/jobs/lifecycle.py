@@ -110,9 +110,7 @@ class StopWatch:
         """Returns once the watch reads from the states topic's end as it is now: a stop requested after this
         returns is seen, however slowly the watch's thread gets going."""
         _ensure_states_topic(self.link)
-        settings = self.link.settings("target", "consumer")
-        consumer = Consumer({**settings, "group.id": "mirrorflow-stop-watch", "enable.auto.commit": False,
-                             "isolation.level": "read_committed"})
+        consumer = self.link.reader("target", "mirrorflow-stop-watch", **{"isolation.level": "read_committed"})
         deadline = time.monotonic() + admin_sync.TIMEOUT_S
         while True:
             try:
@@ -310,16 +308,16 @@ def lags(link: FlowLink, syncs: offset_sync_log.SyncsState | None = None) -> lis
             + (max(starts[tp] - positions[tp].upstream_next, 0) if tp in positions else 0) for tp in partitions}
     mirrored = {tp: max(positions[tp].upstream_next if tp in positions else 0, starts[tp]) for tp in partitions}
     behind = [tp for tp in partitions if ends[tp] > mirrored[tp]]
-    oldest = _first_timestamps(link.settings("source", "consumer"), {tp: mirrored[tp] for tp in behind})
+    oldest = _first_timestamps(link, {tp: mirrored[tp] for tp in behind})
     return [PartitionLag(t, p, ends[(t, p)], mirrored[(t, p)], oldest.get((t, p)), lost[(t, p)]) for t, p in partitions]
 
 
-def _first_timestamps(settings: Mapping[str, Any], at: Mapping[tuple[str, int], int],
+def _first_timestamps(link: FlowLink, at: Mapping[tuple[str, int], int],
                       timeout_s: float = 15.0) -> dict[tuple[str, int], int]:
     """The timestamp of the first readable record at or after each offset (for the age of the lag)."""
     if not at:
         return {}
-    consumer = Consumer({**settings, "group.id": "mirrorflow-lag-reader", "enable.auto.commit": False})
+    consumer = link.reader("source", "mirrorflow-lag-reader")
     out: dict[tuple[str, int], int] = {}
     try:
         consumer.assign([TopicPartition(t, p, o) for (t, p), o in at.items()])

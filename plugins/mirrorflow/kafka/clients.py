@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from mirrorflow.errors import ConfigError
+from mirrorflow.errors import ConfigError, OperationalError, RetryableError
 from mirrorflow.kafka import stores
 from mirrorflow.kafka.internal_log import InternalLog
 from mirrorflow.model.client_config import to_librdkafka
@@ -16,12 +16,27 @@ from mirrorflow.model.config import Cluster, MirrorConfig
 from mirrorflow.model.keys import CLIENT_ROLES
 
 _quiet = False
+# Errors a later attempt may not meet, whether or not librdkafka flagged them retriable.
+_TRANSIENT = frozenset({
+    KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.COORDINATOR_LOAD_IN_PROGRESS})
 
 
 def quiet() -> None:
     """Keep librdkafka's own log lines (connection retries) off stderr: for commands whose errors end in one line."""
     global _quiet
     _quiet = True
+
+
+def operational(exc: KafkaException) -> OperationalError:
+    """A Kafka error nothing below handled, in mirrorflow's tree (the command line's and the tasks' boundary):
+    RetryableError when Kafka says another attempt may succeed, else OperationalError; one line naming it."""
+    err = exc.args[0] if exc.args else None
+    if not isinstance(err, KafkaError):
+        return OperationalError(f"Kafka: {exc}")
+    line = f"Kafka: {err.name()}: {err.str()}"
+    return RetryableError(line) if err.retriable() or err.code() in _TRANSIENT else OperationalError(line)
 
 
 def settings(cluster: Cluster, role: str, **overrides: Any) -> dict[str, Any]:

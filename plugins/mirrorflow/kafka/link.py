@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from mirrorflow.kafka import admin_sync, clients, readers, writers
@@ -78,6 +78,11 @@ class FlowLink:
         if key not in self._admins:
             self._admins[key] = AdminClient({**self.settings(side, "admin"), **overrides})
         return self._admins[key]
+
+    def reader(self, side: Side, group: str, **overrides: Any) -> Consumer:
+        """A consumer of one side that reads by assignment under `group` and never commits (the caller closes it)."""
+        return Consumer({**self.settings(side, "consumer"), "group.id": group, "enable.auto.commit": False,
+                         **overrides})
 
     def target_producer(self, **overrides: Any) -> Producer:
         return Producer({**self.settings("target", "producer"), **overrides})

@@ -37,13 +37,18 @@ def new_parser() -> tuple[argparse.ArgumentParser, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the parsed command: an expected failure is one line per problem and its exit code, never a traceback."""
+    from confluent_kafka import KafkaException
+
+    from mirrorflow.kafka import clients
+
     command: Callable[[argparse.Namespace], int] = args.run
     if args.command != "stream":
-        from mirrorflow.kafka import clients
-
         clients.quiet()
     try:
-        return command(args)
+        try:
+            return command(args)
+        except KafkaException as exc:
+            raise clients.operational(exc) from None
     except MirrorflowError as exc:
         print(f"mirrorflow: error: {one_line(str(exc))}", file=sys.stderr)
         for extra in getattr(exc, "problems", [])[1:]:
