@@ -14,7 +14,7 @@ PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 HISTORY = {
     "a commit hash": re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b"),
     "a benchmark run's letter": re.compile(r"\b[Rr]uns? [A-Z](?:[-\u2013, ][A-Z])*\b(?![\w.-])"),
-    "an issue number": re.compile(r"\b[Ii]ssues? #?\d+"),
+    "an issue number": re.compile(r"\b[Ii]ssues? #?\d+|(?<![\w/&])#\d+\b"),
 }
 
 
