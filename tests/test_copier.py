@@ -34,7 +34,7 @@ SLOW = {"fetch.max.bytes": 20_000, "message.max.bytes": 20_000, "max.partition.f
 def spec(local_clusters: config.MirrorConfig) -> Iterator[WriterSpec]:
     link = FlowLink.of(local_clusters, "alpha->beta")
     topics = ("copier.gap", "copier.markers", "copier.linger", "copier.held", "copier.behind", "copier.slices",
-              "copier.unending")
+              "copier.unending", "copier.kept")
     made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in topics}, upstream_next={}, ends={}, downstream_next={},
                          source_consumer_settings={**link.settings("source", "consumer"), **SLOW})
     yield made
@@ -176,6 +176,32 @@ def test_a_worker_holds_no_more_past_its_ranges_than_its_prefetch_queue_and_read
         if isinstance(part, Run):
             read[tp[1]] += part.offsets
     assert read == {q: list(range(10, 2_000)) for q in (1, 2, 3)}
+
+
+def test_a_task_keeps_its_partitions_assigned_for_the_next_only_up_to_kept_max(
+        spec: WriterSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """C4's bound: a broker holds an idle consumer's waiting fetch on a watch list of every partition in it, so a
+    worker between tasks waits on at most KEPT_MAX partitions (here 3 for 4 and 2 partitions)."""
+    create_topic(ALPHA, "copier.kept", 4)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 5, **QUIET})
+    for i in range(40):
+        p.produce("copier.kept", b"k%d" % i, partition=i % 4)
+    assert p.flush(30) == 0
+    monkeypatch.setattr(copier, "KEPT_MAX", 3)
+
+    def copied(ranges: list[Range]) -> dict[int, list[int]]:
+        read: dict[int, list[int]] = {}
+        for tp, part in copier._runs(spec, ranges):
+            if isinstance(part, Run):
+                read.setdefault(tp[1], []).extend(part.offsets)
+        return read
+
+    assert copied([Range("copier.kept", q, 0, 5) for q in range(4)]) == {q: list(range(5)) for q in range(4)}
+    reader = copier._READERS[spec.flow]
+    assert reader.consumer.assignment() == [] and reader.position == {}
+    assert copied([Range("copier.kept", q, 5, 10) for q in range(2)]) == {q: list(range(5, 10)) for q in range(2)}
+    assert sorted(tp.partition for tp in reader.consumer.assignment()) == [0, 1]
+    assert sorted(reader.position) == [("copier.kept", 0), ("copier.kept", 1)]
 
 
 def test_a_lingering_task_of_a_full_batch_reads_on_to_the_partitions_end_and_waits_for_no_record(

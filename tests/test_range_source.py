@@ -124,6 +124,27 @@ def test_a_watcher_stays_assigned_from_spell_to_spell_and_a_record_arriving_ends
         reader.stop()
 
 
+def test_a_flow_of_more_partitions_than_watch_max_has_no_watcher_and_idle_spells_of_at_most_quiet_max(
+        local_clusters: config.MirrorConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S6's bound: no consumer of the planner waits on thousands of partitions (a broker keeps a waiting fetch on a
+    watch list of each of its partitions); here WATCH_MAX_PARTITIONS is 2 for a flow of 3."""
+    topic = "source.unwatched"
+    create_topic(ALPHA, topic, 3)
+    _produce(topic, 10)
+    monkeypatch.setattr(range_source, "IDLE_READ_SHARE", 1e-6)  # long spells: watched, were it not for the bound
+    monkeypatch.setattr(range_source, "WATCH_MAX_PARTITIONS", 2)
+    settings = {"bootstrap.servers": ALPHA, **QUIET}
+    reader = RangeReader(SourcePlan("alpha->beta", "alpha", settings, re.escape(topic), read_committed=False, slots=1,
+                                    max_records=100, starting="earliest", watch_settings=settings))
+    start = {(topic, 0): 10, (topic, 1): 0, (topic, 2): 0}
+    try:
+        assert _trigger(reader, start, 100) == start
+        assert not reader._watching and reader._watcher is None
+        assert 0 < reader._quiet_until - time.monotonic() <= range_source.QUIET_MAX_S
+    finally:
+        reader.stop()
+
+
 def test_a_batch_in_which_one_partition_of_200_moved_logs_that_partition_and_its_base_and_replays_the_same(
         local_clusters: config.MirrorConfig, tmp_path: Path) -> None:
     topic = "source.bases"
