@@ -41,6 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -499,14 +500,14 @@ class _Driver:
         read = sum(max(end - begins.get(tp, 0), 0) for tp, end in ends.items() if tp[0] in flow_topics)
         shifting = sum(1 for tp, end in ends.items() if tp[0] in flow_topics and end > begins.get(tp, 0))
         behind = batch_plan.full(read, self.settings.max_records_per_batch, shifting)  # the source had more
-        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
-                          behind)
         # One task per slot, each copying its ranges (rules/batch_plan: a replayed batch is cut the same way).
         # Lingering tasks read quiet partitions too (their empty ranges), unless the batch is full: P6 then moves a
         # turn of partitions, and the others' records would only be held past their ranges, or dropped past what a
         # worker may hold (copier).
         slots = batch_plan.slot_ranges(self._lingered(self._batch_starts(batch_id)), ends, self.query_slots,
-                                       empty=spec.linger_until is not None and not behind)
+                                       empty=self._lingers() and not behind)
+        spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
+                          behind, {(r.topic, r.partition) for ranges in slots for r in ranges})
         writing = time.monotonic()
         self.running_batch = spec
         try:
@@ -557,18 +558,27 @@ class _Driver:
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
 
+    def _lingers(self) -> bool:
+        """Whether the next batch's tasks read on past their ranges (copier C6)."""
+        return bool(self.settings.linger_ms) and not self.ending_query
+
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
-              paused: frozenset[tuple[str, int]], behind: bool) -> WriterSpec:
+              paused: frozenset[tuple[str, int]], behind: bool, read: AbstractSet[tuple[str, int]]) -> WriterSpec:
+        """The batch's WriterSpec; its positions and ends only of the partitions its tasks `read` (a turn of a
+        flow of 24,000 partitions moves 2,400: every task unpickles what the spec holds)."""
         local = self._local_master()
+
+        def of(offsets: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+            return {tp: offsets[tp] for tp in read if tp in offsets}
+
         return WriterSpec.of(
-            self.link, remote=dict(remote), upstream_next=dict(self.state.upstream_next), ends=dict(ends),
-            downstream_next=dict(self.state.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
+            self.link, remote=dict(remote), upstream_next=of(self.state.upstream_next), ends=of(ends),
+            downstream_next=of(self.state.downstream_next), fence_syncs=True, replay=self.first_batch_of_query,
             exact_reports=self.first_batch_of_query and bool(self.exact_first_batch),
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=local, behind=behind,
-            linger_until=(time.time() + self.settings.linger_ms / 1000
-                          if self.settings.linger_ms and not self.ending_query else None),
+            linger_until=time.time() + self.settings.linger_ms / 1000 if self._lingers() else None,
             batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
 
     def _local_master(self) -> bool:

@@ -168,8 +168,8 @@ class TopicChanges:
         if due:
             self.held_due = time.monotonic() + self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
         written = {tp: d for tp, d in self.state.downstream_next.items() if d >= 0}
-        looked = {t for t in replicated if t not in self.state.held and (due or t in grown)
-                  and any(tp[0] == t for tp in written)}
+        written_topics = {t for t, _ in written}
+        looked = {t for t in replicated if t not in self.state.held and (due or t in grown) and t in written_topics}
         if not looked:
             return
         remote = {t: self.flow.policy.remote_topic(self.flow.source, t) for t in looked}

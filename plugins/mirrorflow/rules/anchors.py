@@ -199,6 +199,11 @@ class PartitionAnchors:
         self.slots = [s for i, s in enumerate(self.slots) if i not in gone]
         return len(gone)
 
+    @property
+    def pending(self) -> bool:
+        """Whether `drain` has a slot write to return."""
+        return bool(self._moved or self._dropped or self._added)
+
     def drain(self) -> list[tuple[int, Anchor | None]]:
         """The slot writes since the last call, in the order they must be written (W): an anchor, or None for a slot
         to tombstone."""

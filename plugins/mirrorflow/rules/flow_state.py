@@ -152,7 +152,7 @@ class FlowState:
         return {t for t, _ in set(self.anchors) | set(self.upstream_next)} | set(self.incarnations)
 
     def anchor_writes(self) -> list[SyncRecord]:
-        return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items()
+        return [AnchorRecord(tp[0], tp[1], slot, anchor) for tp, store in self.anchors.items() if store.pending
                 for slot, anchor in store.drain()]
 
     def adopt_positions(self, positions: Mapping[TopicPartition, Position]) -> list[SyncRecord]:
