@@ -31,7 +31,7 @@ def write_base(folder: Path, base: Base) -> None:
     target = folder / f"{base.number}.json"
     staged = target.with_suffix(f".{os.getpid()}")
     with open(staged, "w", encoding="utf-8") as out:
-        json.dump(batch_plan.encode(base.offsets), out, separators=(",", ":"))
+        out.write(json.dumps(batch_plan.encode(base.offsets), separators=(",", ":")))  # dumps: C, dump: Python
         out.flush()
         os.fsync(out.fileno())
     staged.replace(target)
