@@ -168,6 +168,16 @@ def test_ends_read_earlier_plan_a_batch_only_while_they_hold_a_whole_batch_past_
     assert not batch_plan.fills(start, {("a", 1): 99}, 100)
 
 
+def test_ends_read_earlier_plan_a_batch_while_more_partitions_than_a_turn_have_a_backlog_capped_or_not() -> None:
+    """P7 with P6's turns by partitions: the batch moves a turn, the others' records wait anyway."""
+    many = batch_plan.PARTITIONS_MAX + 1
+    start = {("t", p): 10 for p in range(many)}
+    one_each = {tp: at + 1 for tp, at in start.items()}
+    assert batch_plan.fills(start, one_each, 10 * many) and batch_plan.fills(start, one_each, None)
+    all_but_one = {**one_each, ("t", 0): 10}
+    assert not batch_plan.fills(start, all_but_one, 10 * many) and not batch_plan.fills(start, all_but_one, None)
+
+
 def test_offsets_encode_sorted_so_that_equal_offsets_compare_equal_as_text() -> None:
     one = batch_plan.encode({("b", 10): 1, ("a", 2): 5, ("a", 10): 7})
     other = batch_plan.encode({("a", 10): 7, ("b", 10): 1, ("a", 2): 5})
