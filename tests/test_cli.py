@@ -168,7 +168,7 @@ def test_a_declared_but_disabled_flow_is_named_with_the_key_that_enables_it(tmp_
 
 
 def test_a_kafka_error_nothing_handled_is_one_line_and_exit_1_retryable_as_kafka_says(
-        capsys: pytest.CaptureFixture[str]) -> None:
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """The command line's boundary maps librdkafka's errors into mirrorflow's tree (kafka/clients.operational)."""
     import argparse
 
@@ -176,6 +176,8 @@ def test_a_kafka_error_nothing_handled_is_one_line_and_exit_1_retryable_as_kafka
     from mirrorflow.entry.cli import common
     from mirrorflow.errors import OperationalError, RetryableError
     from mirrorflow.kafka import clients
+
+    monkeypatch.setattr(clients, "_quiet", False)  # run() quiets librdkafka for the process: not for later tests
 
     def denied(_: argparse.Namespace) -> int:
         raise KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))

@@ -132,6 +132,7 @@ def test_a_partition_is_stuck_only_when_every_failure_may_pass_and_a_refusal_nam
     if passing:
         assert named[0] in STUCK or not any(c in STUCK for c, _ in failures)
         assert all(c not in STUCK for c, _ in failures[:found.index])
+        assert any(c in STUCK for c, _ in failures) or found.index == 0
     elif any(c == TOO_LARGE for c, _ in failures):
         assert named[1] == max(f for _, f in failures)
     else:

@@ -30,8 +30,9 @@ def quiet() -> None:
 
 
 def operational(exc: KafkaException) -> OperationalError:
-    """A Kafka error nothing below handled, in mirrorflow's tree (the command line's and the tasks' boundary):
-    RetryableError when Kafka says another attempt may succeed, else OperationalError; one line naming it."""
+    """A Kafka error nothing below handled, in mirrorflow's tree (the command line's boundary): RetryableError when
+    Kafka flags it retriable or it is one a later attempt may not meet (_TRANSIENT), else OperationalError; one line
+    naming it."""
     err = exc.args[0] if exc.args else None
     if not isinstance(err, KafkaError):
         return OperationalError(f"Kafka: {exc}")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mirrorflow.errors import OperationalError
-from mirrorflow.kafka import admin_sync, clients, writers
+from mirrorflow.kafka import admin_sync, clients
 from mirrorflow.kafka.internal_log import read_to_ends
 from mirrorflow.model.config import Cluster, Flow
 from mirrorflow.rules import wire
@@ -106,7 +106,7 @@ class HeartbeatEmitter:
             self._thread.join(10)
 
     def _run(self) -> None:
-        producer = clients.producer(self.target, **writers.DURABLE, **{"linger.ms": 0})
+        producer = clients.producer(self.target, **{"acks": "all", "linger.ms": 0})
         while not self._stop.is_set():
             beat = Heartbeat(self.flow.source, self.flow.target, int(time.time() * 1000))
             try:

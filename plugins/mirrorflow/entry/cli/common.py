@@ -48,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
         except KafkaException as exc:
+            if args.command == "stream":  # unexpected in the long-running stream: its traceback is the report
+                raise
             raise clients.operational(exc) from None
     except MirrorflowError as exc:
         print(f"mirrorflow: error: {one_line(str(exc))}", file=sys.stderr)
