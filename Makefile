@@ -79,11 +79,11 @@ drill: setup
 bench: setup toxiproxy
 	$(BIN)/python tests/benchmarks/mirror.py --compression lz4,zstd
 
-# Backfill and audit cost on this machine, one run (about 5 minutes; not part of `make test`).
+# Backfill and audit cost on this machine, one run (about 3 minutes; not part of `make test`).
 bench-batch: setup
 	$(BIN)/python tests/benchmarks/batch.py
 
-# Offset-sync state and checkpoint rounds as history and groups grow, one run (about 35 minutes; not part of
+# Offset-sync state and checkpoint rounds as history and groups grow, one run (about 75 minutes; not part of
 # `make test`).
 bench-state: setup
 	$(BIN)/python tests/benchmarks/state.py
