@@ -504,10 +504,11 @@ class _Driver:
         # Lingering tasks read quiet partitions too (their empty ranges), unless the batch is full: P6 then moves a
         # turn of partitions, and the others' records would only be held past their ranges, or dropped past what a
         # worker may hold (copier).
+        lingering = bool(self.settings.linger_ms) and not self.ending_query
         slots = batch_plan.slot_ranges(self._lingered(self._batch_starts(batch_id)), ends, self.query_slots,
-                                       empty=self._lingers() and not behind)
+                                       empty=lingering and not behind)
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
-                          behind, {(r.topic, r.partition) for ranges in slots for r in ranges})
+                          behind, lingering, {(r.topic, r.partition) for ranges in slots for r in ranges})
         writing = time.monotonic()
         self.running_batch = spec
         try:
@@ -558,12 +559,9 @@ class _Driver:
         done = time.monotonic()
         self.metrics.observe_batch_time((done - begun) * 1000, (written - writing) * 1000)
 
-    def _lingers(self) -> bool:
-        """Whether the next batch's tasks read on past their ranges (copier C6)."""
-        return bool(self.settings.linger_ms) and not self.ending_query
-
     def _spec(self, remote: Mapping[str, str], ends: Mapping[tuple[str, int], int],
-              paused: frozenset[tuple[str, int]], behind: bool, read: AbstractSet[tuple[str, int]]) -> WriterSpec:
+              paused: frozenset[tuple[str, int]], behind: bool, lingering: bool,
+              read: AbstractSet[tuple[str, int]]) -> WriterSpec:
         """The batch's WriterSpec; its positions and ends only of the partitions its tasks `read` (a turn of a
         flow of 24,000 partitions moves 2,400: every task unpickles what the spec holds)."""
         local = self._local_master()
@@ -578,7 +576,7 @@ class _Driver:
             lease_member=self.lease.member_id if self.lease is not None else None,
             lease_own_ids=tuple(self.lease.own_ids) if self.lease is not None else (), paused=paused,
             fenced=self.fenced, keep_producers=local, behind=behind,
-            linger_until=time.time() + self.settings.linger_ms / 1000 if self._lingers() else None,
+            linger_until=time.time() + self.settings.linger_ms / 1000 if lingering else None,
             batch_key=f"{self.fenced}-{uuid.uuid4().hex}" if local else None)
 
     def _local_master(self) -> bool:
