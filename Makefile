@@ -91,7 +91,7 @@ bench-state: setup
 bench-fence: setup
 	$(BIN)/python tests/benchmarks/fence.py
 
-# The stream at 12 and 1,200 partitions in its three delivery modes (about 30 minutes; not part of `make test`).
+# The stream at 12 and 1,200 partitions in its three delivery modes (about 10 minutes; not part of `make test`).
 bench-eos: setup
 	$(BIN)/python tests/benchmarks/eos.py
 
