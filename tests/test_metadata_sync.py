@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import IsolationLevel, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -24,6 +25,7 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
     ResourcePatternType,
     ResourceType,
     ScramCredentialInfo,
@@ -252,6 +254,36 @@ def test_plan_json_and_sync_commands_report_each_change(clusters) -> None:  # ty
     out = subprocess.run([*base, "plan", "--flow", "alpha->beta"], capture_output=True, text=True, timeout=120)
     assert "0 change(s) planned" in out.stdout
 
+
+
+def test_offsets_are_read_per_partition_in_calls_of_a_few_and_a_partition_that_does_not_answer_is_named_or_left_out(
+        clusters, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    cfg, _ = clusters
+    create_topic(ALPHA, "offsets-probe", 3)
+    plain = Producer({"bootstrap.servers": ALPHA, "log_level": 0})
+    for _ in range(5):
+        plain.produce("offsets-probe", b"x", partition=0)
+    plain.produce("offsets-probe", b"x", partition=2)
+    plain.flush(30)
+    producer = Producer({"bootstrap.servers": ALPHA, "transactional.id": "offsets-probe", "log_level": 0})
+    alpha = _admin(cfg, "alpha")
+    alpha.delete_records([TopicPartition("offsets-probe", 0, 2)])[TopicPartition("offsets-probe", 0, 2)].result(30)
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("offsets-probe", b"open", partition=1)
+    producer.flush(30)  # left open: the last stable offset stays below it
+    monkeypatch.setattr(admin_sync, "OFFSETS_PER_CALL", 2)
+    tps = [("offsets-probe", p) for p in range(3)]
+    assert admin_sync.offsets(alpha, "alpha", tps, OffsetSpec.earliest()) == {tps[0]: 2, tps[1]: 0, tps[2]: 0}
+    assert admin_sync.offsets(alpha, "alpha", tps, OffsetSpec.latest()) == {tps[0]: 5, tps[1]: 1, tps[2]: 1}
+    assert admin_sync.offsets(alpha, "alpha", tps, OffsetSpec.latest(), IsolationLevel.READ_COMMITTED) == {
+        tps[0]: 5, tps[1]: 0, tps[2]: 1}
+    gone = ("offsets-probe", 7)
+    assert admin_sync.offsets(alpha, "alpha", [*tps, gone], OffsetSpec.latest(), available_within=5) == {
+        tps[0]: 5, tps[1]: 1, tps[2]: 1}
+    with pytest.raises(OperationalError, match=r"^cannot read the offsets of offsets-probe-7 on alpha: "):
+        admin_sync.offsets(alpha, "alpha", [*tps, gone], OffsetSpec.latest())
+    producer.abort_transaction(30)
 
 @pytest.mark.airflow
 def test_the_flow_dag_plans_then_applies_the_metadata_sync_against_the_real_clusters(clusters, airflow_home) -> None:  # type: ignore[no-untyped-def]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from confluent_kafka import IsolationLevel, KafkaError, KafkaException, TopicCollection, TopicPartition
@@ -28,6 +29,7 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from confluent_kafka.cimpl import _AdminClientImpl
 
 from mirrorflow.errors import OperationalError
 from mirrorflow.model import drift, selection
@@ -84,23 +86,35 @@ def offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]
     """Each partition's offset for `spec` (earliest, latest, or the first at or after a timestamp).
 
     `available_within`: only the partitions that answer within that many seconds (a partition without a leader
-    is left out, not an error)."""
+    is left out, not an error).
+
+    Each call of OFFSETS_PER_CALL partitions is made on the client's own method, with one future for its answers:
+    the wrapper's future per partition was two thirds of the CPU of a read of 24,000 partitions (0.72 s against
+    0.27 s), which a flow's planner makes every few seconds."""
     if not partitions:
         return {}
     timeout = available_within or TIMEOUT_S
-    futures = {}
+    wanted = int(spec._value)
+    calls: list[tuple[Sequence[tuple[str, int]], Future[Any]]] = []
     for at in range(0, len(partitions), OFFSETS_PER_CALL):
-        futures.update(admin.list_offsets({TopicPartition(t, p): spec for t, p in partitions[at:at + OFFSETS_PER_CALL]},
-                                          isolation_level=isolation, request_timeout=timeout))
+        chunk = partitions[at:at + OFFSETS_PER_CALL]
+        answered: Future[Any] = Future()
+        _AdminClientImpl.list_offsets(admin, [TopicPartition(t, p, wanted) for t, p in chunk], answered,
+                                      isolation_level_value=isolation.value, request_timeout=timeout)
+        calls.append((chunk, answered))
     out = {}
-    for tp, future in futures.items():
+    for chunk, answered in calls:
         try:
-            out[(tp.topic, tp.partition)] = future.result(timeout=timeout).offset
+            answers = {(tp.topic, tp.partition): a for tp, a in answered.result(timeout=timeout).items()}
         except (KafkaException, TimeoutError) as exc:
-            if available_within is not None:
-                continue
-            why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
-            raise OperationalError(f"cannot read the offsets of {tp.topic}-{tp.partition} on {alias}: {why}") from None
+            answers = {tp: exc.args[0] if isinstance(exc, KafkaException) else None for tp in chunk}
+        for tp in chunk:
+            answer = answers.get(tp)
+            if answer is not None and not isinstance(answer, KafkaError):
+                out[tp] = answer.offset
+            elif available_within is None:
+                why = answer.str() if isinstance(answer, KafkaError) else "no answer"
+                raise OperationalError(f"cannot read the offsets of {tp[0]}-{tp[1]} on {alias}: {why}")
     return out
 
 
