@@ -58,6 +58,7 @@ IDLE_S = 30.0
 SAMPLE = 240  # partitions wait_target polls while a copy runs
 FULL_POLL_S = 1.0
 SIZE = 100
+SEND_ROUNDS = 5  # produce: how often a record the source refused is sent
 
 
 def servers(ports: tuple[int, ...]) -> str:
@@ -101,40 +102,46 @@ def produce(topics: list[str], records: int, partitions: list[tuple[str, int]] |
     counted into `produced` once the source acknowledged it.
 
     No record may time out in the producer's queue: at 24,000 partitions librdkafka sends a request per partition,
-    and records queued longer than its default five minutes were dropped (63,736 of 2,400,000), so the copy the
-    bench waited for never completed."""
+    and records queued longer than its default five minutes were dropped (63,736 of 2,400,000). A record refused
+    because the producer did not know its partition yet (a topic just created) is sent again, up to SEND_ROUNDS
+    times: the copy the bench waits for must hold every record it was given."""
     every = partitions or [(t, p) for t in topics for p in range(PARTITIONS_PER_TOPIC)]
     producer = Producer({"bootstrap.servers": servers(SRC), "linger.ms": 50, "batch.size": 1 << 20,
                          "queue.buffering.max.messages": 1_000_000, "message.timeout.ms": 0, **QUIET})
     delivered: Counter[tuple[str, int]] = Counter()
-    failed: list[KafkaError] = []
+    refused: list[tuple[tuple[str, int], KafkaError]] = []
 
     def acknowledged(err: KafkaError | None, msg: Any) -> None:
         if err is None:
             delivered[(msg.topic(), msg.partition())] += 1
         else:
-            failed.append(err)
+            refused.append(((msg.topic(), msg.partition()), err))
 
     payload = b"x" * SIZE
-    for i in range(records):
-        topic, partition = every[i % len(every)]
-        while True:
-            try:
-                producer.produce(topic, payload, partition=partition, on_delivery=acknowledged)
-                break
-            except BufferError:
-                producer.poll(0.05)
-            except KafkaException as exc:  # a topic just created that this producer's metadata lacks yet
-                if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
-                    raise
-                producer.poll(0.5)
-        if i % 20_000 == 0:
-            producer.poll(0)
-    if producer.flush(600):
-        raise RuntimeError("records left unsent after 600 s")
-    if failed:
-        raise RuntimeError(f"{len(failed):,} of {records:,} records not acknowledged by the source "
-                           f"(first: {failed[0].str()})")
+    todo: Iterable[tuple[str, int]] = (every[i % len(every)] for i in range(records))
+    for attempt in range(1, SEND_ROUNDS + 1):
+        for i, (topic, partition) in enumerate(todo):
+            while True:
+                try:
+                    producer.produce(topic, payload, partition=partition, on_delivery=acknowledged)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+                except KafkaException as exc:  # a topic just created that this producer's metadata lacks yet
+                    if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
+                        raise
+                    producer.poll(0.5)
+            if i % 20_000 == 0:
+                producer.poll(0)
+        if producer.flush(600):
+            raise RuntimeError("records left unsent after 600 s")
+        if not refused:
+            break
+        if attempt == SEND_ROUNDS:
+            raise RuntimeError(f"{len(refused):,} of {records:,} records not acknowledged by the source after "
+                               f"{SEND_ROUNDS} rounds (first: {refused[0][1].str()})")
+        todo, refused = [tp for tp, _ in refused], []
+        time.sleep(2)
     if produced is not None:
         produced.update(delivered)
 
