@@ -255,7 +255,6 @@ def test_plan_json_and_sync_commands_report_each_change(clusters) -> None:  # ty
     assert "0 change(s) planned" in out.stdout
 
 
-
 def test_offsets_are_read_per_partition_in_calls_of_a_few_and_a_partition_that_does_not_answer_is_named_or_left_out(
         clusters, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     cfg, _ = clusters
@@ -284,6 +283,7 @@ def test_offsets_are_read_per_partition_in_calls_of_a_few_and_a_partition_that_d
     with pytest.raises(OperationalError, match=r"^cannot read the offsets of offsets-probe-7 on alpha: "):
         admin_sync.offsets(alpha, "alpha", [*tps, gone], OffsetSpec.latest())
     producer.abort_transaction(30)
+
 
 @pytest.mark.airflow
 def test_the_flow_dag_plans_then_applies_the_metadata_sync_against_the_real_clusters(clusters, airflow_home) -> None:  # type: ignore[no-untyped-def]

@@ -121,16 +121,7 @@ def produce(topics: list[str], records: int, partitions: list[tuple[str, int]] |
     todo: Iterable[tuple[str, int]] = (every[i % len(every)] for i in range(records))
     for attempt in range(1, SEND_ROUNDS + 1):
         for i, (topic, partition) in enumerate(todo):
-            while True:
-                try:
-                    producer.produce(topic, payload, partition=partition, on_delivery=acknowledged)
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-                except KafkaException as exc:  # a topic just created that this producer's metadata lacks yet
-                    if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
-                        raise
-                    producer.poll(0.5)
+            _send(producer, topic, partition, payload, acknowledged)
             if i % 20_000 == 0:
                 producer.poll(0)
         if producer.flush(600):
@@ -144,6 +135,20 @@ def produce(topics: list[str], records: int, partitions: list[tuple[str, int]] |
         time.sleep(2)
     if produced is not None:
         produced.update(delivered)
+
+
+def _send(producer: Producer, topic: str, partition: int, payload: bytes, acknowledged: Any) -> None:
+    """One record into the producer's queue, waiting while the queue is full or the topic is not known yet."""
+    while True:
+        try:
+            producer.produce(topic, payload, partition=partition, on_delivery=acknowledged)
+            return
+        except BufferError:
+            producer.poll(0.05)
+        except KafkaException as exc:  # a topic just created that this producer's metadata lacks yet
+            if exc.args[0].code() != KafkaError._UNKNOWN_TOPIC:
+                raise
+            producer.poll(0.5)
 
 
 class TargetEnds:
