@@ -124,3 +124,37 @@ def test_more_replays_than_the_bound_keep_the_first_anchor_marked_coarse_and_wri
     assert first.origin and first.coarse and (first.upstream, first.downstream) == (0, 0)
     assert not any(a.coarse for a in store.anchors[1:])
     assert PartitionAnchors(4, 0, compacted.items()).anchors == store.anchors  # a restart reads the mark back
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.integers(1, 30), st.sampled_from([1, 1, 2]), st.sampled_from([0, 0, 1]),
+                          st.booleans()), min_size=1, max_size=80), st.integers(2, 8))
+def test_a_run_an_anchor_keeps_is_true_of_the_target_after_any_thinning(
+        batches: list[tuple[int, int, int, bool]], limit: int) -> None:
+    """D, against the target itself: batches of n records (source offsets `gap` apart), a marker or not after each,
+    now and then a replay of the last batch's records."""
+    target: list[int | None] = []  # target offset -> the source offset it mirrors (None: a marker)
+    store = PartitionAnchors(limit, 1)
+    u = 0
+    for i, (n, gap, marker, replay) in enumerate(batches):
+        if replay and i:
+            u = max(0, u - n)
+        offsets = list(range(u, u + n * gap, gap))
+        d = len(target)
+        target.extend(offsets)
+        store.record_batch(Anchor(offsets[0], d), Anchor(offsets[-1], d + n - 1), replay=replay or i == 0,
+                           fresh=i == 0, records=n)
+        target.extend([None] * marker)
+        u = offsets[-1] + 1
+        for a in store.anchors:
+            assert all(target[a.downstream - k] == a.upstream - k for k in range(a.run)), a
+
+
+def test_batches_written_back_to_back_without_markers_extend_one_run() -> None:
+    store = PartitionAnchors(4, 1)
+    for b in range(10):
+        store.record_batch(Anchor(b * 10, b * 10), Anchor(b * 10 + 9, b * 10 + 9), replay=b == 0, fresh=b == 0,
+                           records=10)
+    assert store.last == Anchor(99, 99, run=100)
+    store.record_batch(Anchor(101, 101), Anchor(105, 105), replay=False, fresh=False, records=5)  # a source hole
+    assert store.last is not None and store.last.run == 5

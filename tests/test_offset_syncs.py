@@ -112,3 +112,10 @@ def test_a_tombstone_key_says_which_record_it_deletes() -> None:
     assert offset_syncs.tombstoned(Incarnation("orders", "id").key()) == (Incarnation, None)
     assert offset_syncs.tombstoned(OffsetRun("orders", 3, 12_345, 7, 2).key()) == (OffsetRun, 12_345)
     assert offset_syncs.tombstoned(AnchorRecord("orders", 3, 4, None).key()) == (None, None)
+
+
+def test_an_anchor_with_a_run_round_trips_and_one_without_keeps_the_version_0_layout() -> None:
+    ran = AnchorRecord("orders.eu", 7, 3, Anchor(1_000, 2_000, barrier=True, run=900))
+    assert offset_syncs.decode(ran.key(), ran.value()) == (("orders.eu", 7), ran)
+    plain = AnchorRecord("orders.eu", 7, 3, Anchor(1_000, 2_000, barrier=True))
+    assert plain.value() == bytes.fromhex("0000" "00000000000003e8" "00000000000007d0" "0001")

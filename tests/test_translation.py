@@ -46,18 +46,20 @@ class History:
     visible: list[int]  # source offsets of records a reader sees (the rest: markers, aborted, compacted)
     target: list[int | None]
     batches: list[tuple[int, int, int, int, bool]]  # recorded (first u, first d, last u, last d, replay)
+    counts: list[int]  # records each recorded batch wrote (anchors D)
     read: int  # the source offset the flow has read up to
     written: int  # one past the target offset of the last recorded record
     failed: bool
 
-    def syncs(self, limit: int = 10_000, spacing: int = 1) -> PartitionSyncs:
-        store = self.store(limit, spacing)
+    def syncs(self, limit: int = 10_000, spacing: int = 1, counted: bool = True) -> PartitionSyncs:
+        store = self.store(limit, spacing, counted)
         return PartitionSyncs(tuple(store.anchors), Position("t", 0, self.read, self.written))
 
-    def store(self, limit: int = 10_000, spacing: int = 1) -> PartitionAnchors:
+    def store(self, limit: int = 10_000, spacing: int = 1, counted: bool = True) -> PartitionAnchors:
+        """`counted`: the batches say how many records they wrote (anchors D), as the stream's do."""
         store = PartitionAnchors(limit, spacing)
-        for i, (fu, fd, lu, ld, replay) in enumerate(self.batches):
-            store.record_batch(Anchor(fu, fd), Anchor(lu, ld), replay=replay, fresh=i == 0)
+        for i, ((fu, fd, lu, ld, replay), n) in enumerate(zip(self.batches, self.counts, strict=True)):
+            store.record_batch(Anchor(fu, fd), Anchor(lu, ld), replay=replay, fresh=i == 0, records=n if counted else 0)
         return store
 
 
@@ -67,6 +69,7 @@ def histories(draw: st.DrawFn, failures: bool = True) -> History:
     visible = [u for u in range(n) if draw(st.integers(0, 4)) > 0]
     target: list[int | None] = []
     batches: list[tuple[int, int, int, int, bool]] = []
+    counts: list[int] = []
     i, replay, failed, budget = 0, True, False, 4
     written = read = 0
     while i < len(visible) and draw(st.integers(0, 9)) > 0:
@@ -85,12 +88,13 @@ def histories(draw: st.DrawFn, failures: bool = True) -> History:
             first_d = len(target)
             target.extend(part)
             batches.append((part[0], first_d, part[-1], len(target) - 1, replay))
+            counts.append(len(part))
             written, replay = len(target), False
             i += len(part)
             read = visible[i] if i < len(visible) else n  # the position the batch's task wrote
         else:
             target.append(None)
-    return History(n, visible, target, batches, read, written, failed)
+    return History(n, visible, target, batches, counts, read, written, failed)
 
 
 def resume(t: int | None) -> int:
@@ -112,6 +116,34 @@ def test_a_group_resumes_past_everything_it_consumed_and_before_everything_it_di
         got = target_offset(syncs, u, reader)
         assert got.exact, got.reason
         _assert_exact(h, u, got.offset)
+
+
+@settings(max_examples=500)
+@given(histories())
+def test_an_answer_read_off_a_one_to_one_run_equals_the_searched_one(h: History) -> None:
+    searched, counted = h.syncs(counted=False), h.syncs()
+    for u in range(h.read + 1):
+        assert target_offset(counted, u, ListReader(h.target)) == target_offset(searched, u, ListReader(h.target))
+
+
+def test_a_group_inside_a_batch_copied_one_to_one_resumes_without_a_read() -> None:
+    """Batches of 100 records with a commit marker after each: only a batch's first offset needs a read (the record
+    before it, and the marker, lie before the run). A bound that keeps every batch's anchor: thinning merges brackets,
+    and only the run of the bracket's end is known."""
+    target: list[int | None] = []
+    store = PartitionAnchors(limit=100)
+    for b in range(50):
+        d = len(target)
+        target.extend(range(b * 100, b * 100 + 100))
+        target.append(None)
+        store.record_batch(Anchor(b * 100, d), Anchor(b * 100 + 99, d + 99), replay=b == 0, fresh=b == 0, records=100)
+    syncs = PartitionSyncs(tuple(store.anchors), Position("t", 0, 5_000, len(target)))
+    reader = ListReader(target, per_read=500)
+    for u in (1, 57, 99, 101, 4_321, 4_999):
+        got = target_offset(syncs, u, reader)
+        assert got.exact and got.offset == target.index(u), u
+    assert reader.reads == 0
+    assert target_offset(syncs, 4_900, reader).offset == target.index(4_900) and reader.reads > 0  # a batch's first
 
 
 @settings(max_examples=500)

@@ -233,7 +233,7 @@ def _set_seed_positions(link: FlowLink, seeds: Sequence[SourceRange],
             # The seed is the partition's first write: its origin, and a barrier (a retried task may repeat).
             store = PartitionAnchors(flow.number("mirrorflow.offset-syncs.anchors.max"),
                                      flow.number("mirrorflow.offset-syncs.anchors.spacing"))
-            store.record_batch(report.first, report.last, replay=True, fresh=True)
+            store.record_batch(report.first, report.last, replay=True, fresh=True, records=report.records)
             for slot, anchor in store.drain():
                 record = AnchorRecord(s.topic, s.partition, slot, anchor)
                 producer.produce(syncs_topic, record.value(), record.key(), partition=0)

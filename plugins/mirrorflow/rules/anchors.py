@@ -34,6 +34,11 @@ Invariants, each tested (tests/test_anchors.py, on simulated histories with repl
      record them). A slot both dropped and given a new anchor is written twice: its tombstone in its place, then
      the anchor. Not covered: a smaller limit whose moved anchors find only slots just dropped, or a first anchor
      marked coarse in a slot just dropped; the move then removes the dropped anchor first.
+  D. an anchor's `run` > 0 says the `run` records that end at it were mirrored one to one: source offsets
+     upstream-run+1..upstream at target offsets downstream-run+1..downstream, nothing else between. `one_to_one`
+     grants it only when a batch's count of records written fills both spans (so neither side has a hole, a
+     marker or another writer's record there); a batch that continues the head's run on both sides extends it. A
+     fact about the log, not about a bracket: thinning and pruning leave it true.
 """
 
 from __future__ import annotations
@@ -55,6 +60,13 @@ class Anchor:
     barrier: bool = False  # the first record of a possible replay: never thinned
     origin: bool = False  # the first record this flow ever wrote to the partition
     coarse: bool = False  # C: the bracket from here to the next anchor lost a barrier to the bound
+    run: int = 0  # D: records ending here mirrored one to one (0: not known)
+
+
+def one_to_one(first: Anchor, last: Anchor, records: int) -> int:
+    """D: the run a batch's `records` written between its `first` and `last` copies make, 0 if they leave a hole."""
+    span = last.upstream - first.upstream + 1
+    return records if records > 0 and span == records and last.downstream - first.downstream + 1 == records else 0
 
 
 class PartitionAnchors:
@@ -90,15 +102,20 @@ class PartitionAnchors:
     def last(self) -> Anchor | None:
         return self.anchors[-1] if self.anchors else None
 
-    def record_batch(self, first: Anchor, last: Anchor, *, replay: bool, fresh: bool) -> None:
+    def record_batch(self, first: Anchor, last: Anchor, *, replay: bool, fresh: bool, records: int = 0) -> None:
         """One batch's first and last mirrored records of this partition.
 
         `replay`: the batch may repeat records already written (a retried task, the first batch of a query);
-        `fresh`: the flow never wrote this partition before (its first record is the origin).
+        `fresh`: the flow never wrote this partition before (its first record is the origin); `records`: how many
+        it wrote from `first` to `last` (0: not known), for D.
         """
         head = self.last
         if head is not None and first.downstream <= head.downstream:
             return  # already recorded (a batch recorded twice): nothing new
+        run = one_to_one(first, last, records)
+        if run and head is not None and (first.upstream, first.downstream) == (head.upstream + 1, head.downstream + 1):
+            run += max(head.run, 1)  # D: the head is a copy too, and its run goes on into this batch
+        last = replace(last, run=run)
         if head is None:
             self.append(replace(first, origin=fresh, barrier=True))
         elif replay or first.upstream <= head.upstream:

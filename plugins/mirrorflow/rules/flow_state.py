@@ -72,12 +72,14 @@ class PartitionSummary:
     aborted: bool  # rolled back with the transaction of another, stuck, partition
     filtered: int  # records read past the range and passed over (paused partitions, held topics)
     gaps: tuple[tuple[int, int], ...] = ()  # [begin, end) the source deleted while the task read
+    records: int = 0  # records written from `first` to `last`
 
     @classmethod
     def of(cls, report: PartitionReport) -> PartitionSummary:
         """From a task's report (partition_report); a report that does not count (T1) keeps no position."""
         return cls(report.tp, report.first_offset, report.upstream_next, report.downstream_next, report.first,
-                   report.last, report.replay, report.stuck, report.aborted, report.filtered, report.gaps)
+                   report.last, report.replay, report.stuck, report.aborted, report.filtered, report.gaps,
+                   report.records)
 
 
 @dataclass
@@ -289,7 +291,7 @@ class FlowState:
             if s.first is not None and s.last is not None:
                 store = self._store(tp)
                 fresh = not store.anchors and tp not in self.downstream_next  # nothing written there yet
-                store.record_batch(s.first, s.last, replay=s.replay, fresh=fresh)
+                store.record_batch(s.first, s.last, replay=s.replay, fresh=fresh, records=s.records)
             if s.downstream_next is not None:
                 self.downstream_next[tp] = s.downstream_next
 

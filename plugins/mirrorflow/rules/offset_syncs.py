@@ -15,8 +15,9 @@ An anchor is keyed by its slot, so compaction keeps at most `limit` of them per 
 by its partition. Wire format (Kafka protocol types, big-endian; strings are int16 length + UTF-8;
 -1 stands for "none" on the wire only):
   anchor key      {kind: int16 = 2, topic: string, partition: int32, slot: int16}
-  anchor value    {version: int16 = 0, upstream: int64, downstream: int64, flags: int16 (1 barrier, 2 origin,
-                  4 coarse: anchors.py C)}
+  anchor value    {version: int16 = 1, upstream: int64, downstream: int64, flags: int16 (1 barrier, 2 origin,
+                  4 coarse: anchors.py C), run: int64 (anchors.py D)} (version 0, written when run is 0, ends
+                  after flags)
   position key    {kind: int16 = 1, topic: string, partition: int32}
   position value  {version: int16 = 1, upstream_next: int64, downstream_next: int64,
                    batch_upstream: int64, batch_downstream: int64, flags: int16 (1 replay, 2 origin)}
@@ -81,8 +82,10 @@ class AnchorRecord:
         a = self.anchor
         if a is None:
             return None
-        return struct.pack(">hqqh", 0, a.upstream, a.downstream, (_BARRIER if a.barrier else 0)
-                           | (_ORIGIN if a.origin else 0) | (_COARSE if a.coarse else 0))
+        flags = (_BARRIER if a.barrier else 0) | (_ORIGIN if a.origin else 0) | (_COARSE if a.coarse else 0)
+        if a.run:
+            return struct.pack(">hqqhq", 1, a.upstream, a.downstream, flags, a.run)
+        return struct.pack(">hqqh", 0, a.upstream, a.downstream, flags)
 
 
 @dataclass(frozen=True)
@@ -230,9 +233,9 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
         (slot,) = struct.unpack_from(">h", key, at)
         if value is None:
             return (topic, partition), AnchorRecord(topic, partition, slot, None)
-        _, upstream, downstream, flags = struct.unpack(">hqqh", value)
+        version, upstream, downstream, flags = struct.unpack_from(">hqqh", value)
         anchor = Anchor(upstream, downstream, barrier=bool(flags & _BARRIER), origin=bool(flags & _ORIGIN),
-                        coarse=bool(flags & _COARSE))
+                        coarse=bool(flags & _COARSE), run=struct.unpack_from(">q", value, 20)[0] if version >= 1 else 0)
         return (topic, partition), AnchorRecord(topic, partition, slot, anchor)
     if kind == _RELEASE:
         return (topic, partition), Release(None if value is None else struct.unpack_from(">q", value, 2)[0])

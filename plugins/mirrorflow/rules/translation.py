@@ -32,6 +32,8 @@ Invariants, each tested (tests/test_translation.py):
   P. thinning and pruning the anchors never change T(U) for a U still on the source.
   C. in a bracket marked coarse (anchors.py C: the bound dropped a replay's barrier there) the answer is the
      bracket's start, one past a copy of a record below U: never past T(U), marked inexact with why.
+  L. in a bracket whose end anchor has a one-to-one run (anchors.py D) covering U-1 and U, T(U) is read off the
+     run, without a read of the target, and equals what the search would find.
 """
 
 from __future__ import annotations
@@ -172,6 +174,10 @@ def target_offsets_steps(syncs: PartitionSyncs, uppers: Iterable[int], readable:
             continue
         lo = anchors[i].downstream + 1
         hi = anchors[i + 1].downstream if i + 1 < len(anchors) else max(syncs.downstream_next, lo)
+        if i + 1 < len(anchors) and not anchors[i].coarse:
+            group = _on_the_run(syncs, anchors[i + 1], group, out)
+            if not group:
+                continue
         if anchors[i].coarse:
             for u in group:
                 out[u] = _marked(syncs, u, lo, COARSE_NOTE + ": resumed just past the newest offset sync below "
@@ -185,6 +191,21 @@ def target_offsets_steps(syncs: PartitionSyncs, uppers: Iterable[int], readable:
         for u, offset in (yield from _resolve(group, lo, hi)).items():
             out[u] = _marked(syncs, u, offset, "")
     return out
+
+
+def _on_the_run(syncs: PartitionSyncs, end: Anchor, uppers: list[int], out: dict[int, Translation]) -> list[int]:
+    """L: answers U in the bracket ending at `end` whose record U-1 lies on `end`'s one-to-one run (anchors D):
+    the mirror of U-1 is at end.downstream - (end.upstream - (U-1)) and U's is next, so by R the suffix starts
+    there. Returns the U it could not answer."""
+    if end.run < 2:
+        return uppers
+    rest = []
+    for u in uppers:
+        if end.upstream - end.run + 2 <= u <= end.upstream:
+            out[u] = _marked(syncs, u, end.downstream - end.upstream + u, "")
+        else:
+            rest.append(u)
+    return rest
 
 
 def _marked(syncs: PartitionSyncs, upstream: int, offset: int | None, note: str, exact: bool = True) -> Translation:
