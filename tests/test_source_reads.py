@@ -123,6 +123,11 @@ def test_a_report_parses_back_and_anything_else_is_no_read() -> None:
     read = EndsRead(12.5, {("a", 0): 3, ("a", 1): 0, ("b", 0): 7}, complete=False)
     assert source_reads.parse_report(source_reads.report(read)) == read
     assert source_reads.parse_report({"as_of": 12.5, "ends": {"a": {"0": 3}}}) == EndsRead(12.5, {("a", 0): 3}, False)
+    assert source_reads.parse_report({"as_of": 1.0, "ends": '{"a":{"0":3}}'}) == EndsRead(1.0, {("a", 0): 3}, False)
+    gaps = EndsRead(3.0, {("orders.eu-1", 0): 0, ("orders.eu-1", 3): 12_345_678_901, ("b_2", 1): 5}, complete=True)
+    assert source_reads.report(gaps)["ends_text"] == "b_2 ,5;orders.eu-1 0,,,12345678901"
+    assert source_reads.parse_report(source_reads.report(gaps)) == gaps
+    assert source_reads.parse_report(source_reads.report(EndsRead(4.0, {}, True))) == EndsRead(4.0, {}, True)
     assert source_reads.parse_report({"a": {"0": 3}}) is None  # the ends alone, as reported before S5
     assert source_reads.parse_report(None) is None
 
