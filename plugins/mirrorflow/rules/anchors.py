@@ -115,7 +115,8 @@ class PartitionAnchors:
         run = one_to_one(first, last, records)
         if run and head is not None and (first.upstream, first.downstream) == (head.upstream + 1, head.downstream + 1):
             run += max(head.run, 1)  # D: the head is a copy too, and its run goes on into this batch
-        last = replace(last, run=run)
+        if run != last.run:
+            last = replace(last, run=run)  # about 2 us: a batch of 24,000 partitions without runs skips 50 ms
         if head is None:
             self.append(replace(first, origin=fresh, barrier=True))
         elif replay or first.upstream <= head.upstream:
