@@ -237,6 +237,31 @@ def test_a_topic_deleted_on_the_source_while_syncing_is_skipped(clusters) -> Non
     assert "t7.doomed" not in state.topics and "t7.orders" in state.topics
 
 
+def test_a_confirmation_reads_the_configs_only_of_topics_whose_configs_changed(clusters) -> None:  # type: ignore[no-untyped-def]
+    cfg, _ = clusters
+    create_topic(ALPHA, "t7.created", 3)
+    create_topic(ALPHA, "t7.configured", 1, **{"retention.ms": "700000"})
+    alpha = _admin(cfg, "alpha")
+    asked: list[list[str]] = []
+    described = alpha.describe_configs
+
+    def describe_configs(resources: list[ConfigResource], **kw: Any) -> Any:
+        asked.append(sorted(r.name for r in resources))
+        return described(resources, **kw)
+
+    alpha.describe_configs = describe_configs  # type: ignore[method-assign]
+    admin_sync.confirm("alpha", alpha, [CreateTopic("t7.created", 3, 1, {}),
+                                        SetConfig("t7.configured", "retention.ms", None, "700000")])
+    assert asked == [["t7.configured"]]
+    state = admin_sync.snapshot(alpha, "alpha", {"t7.created", "t7.configured"}.__contains__,
+                                configs={"t7.configured"}.__contains__)
+    assert state.topics["t7.created"] == drift.TopicState(3)
+    assert state.topics["t7.configured"].configs["retention.ms"].value == "700000"
+    unseen = "not visible after 1 s: ~ set config t7.configured retention.ms"
+    with pytest.raises(OperationalError, match=re.escape(unseen)):
+        admin_sync.confirm("alpha", alpha, [SetConfig("t7.configured", "retention.ms", None, "1")], timeout_s=1.0)
+
+
 def test_plan_json_and_sync_commands_report_each_change(clusters) -> None:  # type: ignore[no-untyped-def]
     _, path = clusters
     create_topic(ALPHA, "t7.cli", 2, **{"retention.ms": "600000"})
