@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import urllib.request
 from typing import Any
@@ -156,3 +157,30 @@ def test_the_progress_line_shows_the_latency_of_the_last_minutes_not_of_the_driv
     snap = fm.snapshot()
     assert snap["recent-latency-ms-p99"] == 40 and "p99 40 ms over the last 5 min" in metrics.progress_line(snap)
     assert "lag " not in metrics.progress_line(snap, with_lag=False)
+
+
+def test_a_partition_that_holds_still_keeps_its_status_entry_and_the_status_text_equals_the_snapshot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [1_000_000.0]
+    monkeypatch.setattr(metrics.time, "time", lambda: clock[0])
+    fm = metrics.FlowMetrics("A->B", "A", "B")
+    moving, still = dataclasses.replace(_report(records=5, upstream_next=5), partition=1), _report(upstream_next=0)
+    fm.observe([dataclasses.replace(moving, records=0, upstream_next=0), still])
+    clock[0] += 1
+    fm.observe([moving, still])
+    fm.observe_source_ends({("t", 0): 0, ("t", 1): 5})
+    first = fm.snapshot()
+    assert first["partitions"][1]["record-rate"] > 0
+    clock[0] += metrics.RATE_WINDOW_S + 1  # no batch within the window: no rate, every figure still
+    second, texts = fm.snapshot(), fm.entry_texts()
+    third = fm.snapshot()
+    assert [p["record-rate"] for p in second["partitions"]] == [0, 0] and second["record-rate"] == 0
+    assert all(a is b for a, b in zip(second["partitions"], third["partitions"], strict=True))
+    assert json.loads(metrics.status_text(second, texts)) == json.loads(json.dumps(second))
+    fm.observe([dataclasses.replace(moving, records=2, upstream_next=7)])  # it moves: a new entry, new figures
+    fourth = fm.snapshot()
+    assert fourth["partitions"][1] is not third["partitions"][1] and fourth["partitions"][1]["record-count"] == 7
+    assert fourth["partitions"][0] is third["partitions"][0]
+    assert json.loads(metrics.status_text(fourth, fm.entry_texts())) == json.loads(json.dumps(fourth))
+    fm.observe_source_ends({("t", 0): 3})  # behind the source: its lag grows with the clock, made afresh each time
+    assert fm.snapshot()["partitions"][0] is not fm.snapshot()["partitions"][0]

@@ -107,7 +107,7 @@ class StreamProgress:
 
     def write_status(self) -> Mapping[str, Any]:
         snapshot = self.metrics.snapshot()
-        metrics.write_status(metrics.status_file(self.flow), snapshot)
+        metrics.write_status(metrics.status_file(self.flow), snapshot, self.metrics.entry_texts())
         return snapshot
 
     def close(self) -> None:

@@ -113,7 +113,16 @@ class PartitionMetrics:
     age: Distribution = field(default_factory=Distribution)
     window: list[tuple[float, int, int]] = field(default_factory=list)  # (time, records, bytes) samples
 
+    # The partition's status entry while its figures hold still (no rate, no lag growing): (what it was made of,
+    # the entry, its JSON). An idle flow's status file is then a join of strings.
+    entry_made: tuple[tuple[Any, ...], dict[str, Any], str] | None = field(default=None, repr=False, compare=False)
+
     def rates(self, now: float) -> tuple[float, float]:
+        """Records and bytes per second over the last RATE_WINDOW_S: none when no batch counted in it (a sample is
+        taken at every batch, and only a batch adds records)."""
+        if self.window and now - self.window[-1][0] > RATE_WINDOW_S:
+            del self.window[:-1]
+            return 0.0, 0.0
         while len(self.window) > 2 and now - self.window[1][0] > RATE_WINDOW_S:
             self.window.pop(0)
         if len(self.window) < 2:
@@ -275,6 +284,12 @@ class FlowMetrics:
         with self._lock:
             self.state, self.error = state, error
 
+    def entry_texts(self) -> dict[int, str]:
+        """The JSON of each partition entry a snapshot holds while its figures are still, by the entry's identity
+        (for write_status)."""
+        with self._lock:
+            return {id(m.entry_made[1]): m.entry_made[2] for m in self.partitions.values() if m.entry_made is not None}
+
     def snapshot(self) -> dict[str, Any]:
         """A JSON-able view: totals and one entry per topic-partition."""
         now = time.time()
@@ -282,6 +297,12 @@ class FlowMetrics:
             parts: list[dict[str, Any]] = []
             for (topic, partition), m in sorted(self.partitions.items()):
                 rate, byte_rate = m.rates(now)
+                still = not rate and not byte_rate and not m.lag_seconds(now)
+                made = (m.records, m.bytes, m.skipped, m.refused, m.lost, m.stuck, m.paused_records, m.upstream_next,
+                        m.source_end, m.latency.count, m.age.count) if still else None
+                if made is not None and m.entry_made is not None and m.entry_made[0] == made:
+                    parts.append(m.entry_made[1])
+                    continue
                 parts.append({
                     "topic": topic, "partition": partition, "record-count": m.records, "byte-count": m.bytes,
                     "record-rate": round(rate, 1), "byte-rate": round(byte_rate, 1),
@@ -299,6 +320,7 @@ class FlowMetrics:
                 })
                 if m.stuck is not None:
                     parts[-1].update({"stuck-why": m.stuck, "paused-records": m.paused_records})
+                m.entry_made = None if made is None else (made, parts[-1], _json(parts[-1]))
             latency = Distribution()
             for m in self.partitions.values():
                 latency.merge(m.latency.count, m.latency.total, m.latency.minimum, m.latency.maximum,
@@ -499,11 +521,25 @@ class InexactCheckpoint:
             return None
 
 
-def write_status(path: Path, snapshot: Mapping[str, Any]) -> None:
-    """Atomically replace the flow's status file (read by `mirrorflow status`)."""
+def _json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))  # compact: the C encoder, even for 60,000 entries
+
+
+def status_text(snapshot: Mapping[str, Any], made: Mapping[int, str] | None = None) -> str:
+    """The status file's JSON; a partition entry found in `made` (by identity) is not encoded again."""
+    parts = snapshot.get("partitions")
+    if not made or not isinstance(parts, list):
+        return _json(snapshot)
+    head = _json({k: v for k, v in snapshot.items() if k != "partitions"})[:-1]
+    body = ",".join(made.get(id(p)) or _json(p) for p in parts)
+    return f'{head}{"," if len(head) > 1 else ""}"partitions":[{body}]}}'
+
+
+def write_status(path: Path, snapshot: Mapping[str, Any], made: Mapping[int, str] | None = None) -> None:
+    """Atomically replace the flow's status file (read by `mirrorflow status`); `made`: as for status_text."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(snapshot, separators=(",", ":")))  # compact: the C encoder, even for 60,000 entries
+    tmp.write_text(status_text(snapshot, made))
     tmp.replace(path)
 
 
