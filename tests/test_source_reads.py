@@ -132,6 +132,36 @@ def test_a_report_parses_back_and_anything_else_is_no_read() -> None:
     assert source_reads.parse_report(None) is None
 
 
+ends_of = st.dictionaries(st.tuples(st.sampled_from(["a", "b.c", "d-1"]), st.integers(0, 30)),
+                          st.integers(0, 10**12), max_size=60)
+
+
+@given(ends_of, ends_of, st.integers(0, 8), st.booleans())
+def test_a_report_against_an_offset_base_parses_back_to_the_same_read_and_is_small_when_little_moved(
+        ends: dict[TP, int], others: dict[TP, int], moved: int, complete: bool) -> None:
+    base = {**others, **ends}  # the base holds every end read and more
+    for tp in sorted(ends)[:moved]:
+        ends[tp] += 1
+    read = EndsRead(7.25, ends, complete)
+    doc = source_reads.report(read, (3, base))
+    assert source_reads.parse_report(doc, {3: base}.get) == read
+    if "ends_moved" in doc:
+        assert source_reads.parse_report(doc, {}.get) is None  # a base the driver cannot read: no read, not a wrong one
+        assert source_reads.parse_report(doc) is None
+    if len(ends) >= 40 and moved + len(others.keys() - ends.keys()) <= 10:
+        assert "ends_moved" in doc and len(str(doc["ends_moved"])) < len(str(source_reads.report(read)["ends_text"]))
+
+
+def test_an_idle_flows_report_names_the_base_and_only_what_moved_since() -> None:
+    base = {("t", p): 100 for p in range(12)}
+    read = EndsRead(1.5, {**base, ("t", 4): 130, ("u", 0): 9}, complete=True)
+    assert source_reads.report(read, (17, base)) == {"as_of": 1.5, "complete": True, "base": 17,
+                                                      "ends_moved": "t 4:130;u 0:9"}
+    partial = EndsRead(2.0, {tp: o for tp, o in base.items() if tp != ("t", 11)}, complete=False)
+    assert source_reads.report(partial, (17, base))["ends_moved"] == "t 11:"
+    assert source_reads.parse_report(source_reads.report(partial, (17, base)), {17: base}.get) == partial
+
+
 def test_a_runbook_claims_the_view_s_own_time_only_when_it_is_complete_and_the_positions_reach_every_end() -> None:
     tp, other = ("t", 0), ("t", 1)
     view = SourceView(100.0, {tp: 10, other: 4}, mirrored_through=90.0, complete=True)

@@ -132,7 +132,7 @@ class _Driver:
         self.exact_first_batch: bool | None = None
         self.digests = StreamDigests(link)
         self.progress = StreamProgress(link, self.metrics, self.settings.linger_ms, options.log_interval_s,
-                                       options.quiet_log_interval_s)
+                                       options.quiet_log_interval_s, self.checkpoint.bases)
         self.writer_slots: int | None = None  # task slots whose transactional ids were used (syncs)
         self.query_slots = 1  # task slots the running query's batches are cut into
         self.fenced = 0  # when the slots' ids were last fenced (ns); workers' older producers are stale

@@ -9,6 +9,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -17,8 +18,9 @@ from mirrorflow.kafka import source_view
 from mirrorflow.kafka.flow_lease import DELIVERY_TIMEOUT_MS
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
-from mirrorflow.rules import source_reads
+from mirrorflow.rules import offset_bases, source_reads
 from mirrorflow.rules.flow_state import Settled
+from mirrorflow.spark import offset_log
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
@@ -37,13 +39,15 @@ def stall_after_s(batch_ms_mean: float, linger_ms: int = 0) -> float:
 
 class StreamProgress:
     def __init__(self, link: FlowLink, flow_metrics: metrics.FlowMetrics, linger_ms: int, log_interval_s: float,
-                 quiet_log_interval_s: float) -> None:
+                 quiet_log_interval_s: float, bases: Path | None = None) -> None:
         self.flow, self.metrics, self.linger_ms = link.flow, flow_metrics, linger_ms
         self.log_interval_s, self.quiet_log_interval_s = log_interval_s, quiet_log_interval_s
         self.batch_began: float | None = None  # monotonic start of the batch running now, None between batches
         self.stall_named = False  # the running batch's stall is reported (status, log)
         self.last_progress_batch: int | None = None  # the batch whose Spark timings the metrics last took
         self.last_report: Any = None  # the planner's report of its newest read, as the progress last held it
+        self.bases = bases  # the planner's offset bases (spark/offset_log), which its reports may be against
+        self.base: offset_bases.Base | None = None  # the base a report named last
         self.last_stamp: tuple[Any, Any] | None = None  # (batch id, timestamp) of the progress last observed
         self.batches_written: int | None = None  # the metrics' batch count when the status file was last written
         self.view = source_view.ViewWriter(link)
@@ -161,7 +165,8 @@ class StreamProgress:
             return
         self.last_report = latest
         try:
-            read = source_reads.parse_report(json.loads(latest) if isinstance(latest, str) else latest)
+            read = source_reads.parse_report(json.loads(latest) if isinstance(latest, str) else latest,
+                                             self._base_offsets)
         except ValueError:
             return
         if read is not None:
@@ -169,6 +174,20 @@ class StreamProgress:
             mirrored = {t for t in {t for t, _ in read.ends} if selection.replicates(self.flow, t)}
             self.metrics.observe_read(dataclasses.replace(
                 read, ends={tp: end for tp, end in read.ends.items() if tp[0] in mirrored}))
+
+
+    def _base_offsets(self, number: int) -> Mapping[tuple[str, int], int] | None:
+        """The planner's offset base `number` (its report names one), None when it cannot be read; the last one kept."""
+        if self.bases is None:
+            return None
+        if self.base is None or self.base.number != number:
+            try:
+                self.base = offset_log.read_base(self.bases, number)
+            except (OSError, ValueError) as exc:
+                log.info("flow %s: the planner's report names offset base %d, not readable (%s); its next read is "
+                         "taken", self.flow.name, number, exc)
+                return None
+        return self.base.offsets
 
 
 def _progress_stamp(query: Any) -> tuple[Any, Any] | None:

@@ -25,7 +25,7 @@ Policy only, no I/O: the stream's source (spark/range_source) makes the reads, t
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 TopicPartition = tuple[str, int]
@@ -80,17 +80,34 @@ class SourceReads:
                 return
 
 
-def report(read: EndsRead) -> dict[str, object]:
+def report(read: EndsRead, base: tuple[int, Mapping[TopicPartition, int]] | None = None) -> dict[str, object]:
     """A read as the planner reports it to the driver through Spark's query progress (JSON). Spark asks for the report
-    at every trigger (ten a second) and its runner encodes it each time: as nested objects, 24,000 partitions' ends
-    took a third of a core of an idle flow's planner, as JSON text within it (every quote escaped) three times what
-    `ends_text` costs: "topic end0,end1,...;topic ..." by partition, an end left empty where the read has none
-    (topic names hold none of " ,;")."""
-    by_topic: dict[str, dict[int, int]] = {}
+    at every trigger (ten a second) and its runner encodes it each time, and the JVM takes it in: as nested
+    objects, 24,000 partitions' ends took a third of a core of an idle flow's planner, as JSON text within it (every
+    quote escaped) three times what `ends_text` costs: "topic end0,end1,...;topic ..." by partition, an end left
+    empty where the read has none (topic names hold none of " ,:;").
+
+    Given an offset base (rules/offset_bases: its number and offsets), and when it is the shorter, only the ends
+    that differ from the base's offsets: `ends_moved`, "topic p:end,p:end,...;..." (`p:` where the read has no end
+    of a partition of the base). An idle flow's ends are the base's but for what moved since it was made: its report
+    is as small as its offset-log entry."""
+    if base is not None:
+        number, offsets = base
+        moved = {tp: end for tp, end in read.ends.items() if offsets.get(tp) != end}
+        unread = [tp for tp in offsets if tp not in read.ends]
+        if len(moved) + len(unread) <= len(read.ends) // 2:
+            by_topic: dict[str, list[str]] = {}
+            for (t, p), end in sorted(moved.items()):
+                by_topic.setdefault(t, []).append(f"{p}:{end}")
+            for t, p in sorted(unread):
+                by_topic.setdefault(t, []).append(f"{p}:")
+            text = ";".join(f"{t} " + ",".join(entries) for t, entries in sorted(by_topic.items()))
+            return {"as_of": read.as_of, "complete": read.complete, "base": number, "ends_moved": text}
+    ends: dict[str, dict[int, int]] = {}
     for (t, p), end in read.ends.items():
-        by_topic.setdefault(t, {})[p] = end
+        ends.setdefault(t, {})[p] = end
     text = ";".join(f"{t} " + ",".join(str(ps[p]) if p in ps else "" for p in range(max(ps) + 1))
-                    for t, ps in sorted(by_topic.items()))
+                    for t, ps in sorted(ends.items()))
     return {"as_of": read.as_of, "complete": read.complete, "ends_text": text}
 
 
@@ -104,13 +121,33 @@ def _parse_ends_text(text: str) -> dict[tuple[str, int], int]:
     return ends
 
 
-def parse_report(doc: object) -> EndsRead | None:
+def _apply_moved(text: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    ends = dict(offsets)
+    for entry in text.split(";") if text else ():
+        topic, _, listed = entry.partition(" ")
+        for item in listed.split(","):
+            p, _, end = item.partition(":")
+            if end:
+                ends[(topic, int(p))] = int(end)
+            else:
+                ends.pop((topic, int(p)), None)
+    return ends
+
+
+def parse_report(doc: object, base_offsets: Callable[[int], Mapping[TopicPartition, int] | None] | None = None
+                 ) -> EndsRead | None:
     """`report`'s inverse (or, from earlier versions, the ends as JSON text or objects); None for anything else (a
-    progress from before S5 reported only the ends)."""
+    progress from before S5 reported only the ends), and for a report against a base `base_offsets` (number ->
+    offsets, None when it has no such base) cannot give."""
     if not isinstance(doc, Mapping):
         return None
     try:
-        if isinstance(doc.get("ends_text"), str):
+        if isinstance(doc.get("ends_moved"), str):
+            offsets = base_offsets(int(doc["base"])) if base_offsets is not None else None
+            if offsets is None:
+                return None
+            ends = _apply_moved(doc["ends_moved"], offsets)
+        elif isinstance(doc.get("ends_text"), str):
             ends = _parse_ends_text(doc["ends_text"])
         else:
             given = json.loads(doc["ends"]) if isinstance(doc.get("ends"), str) else doc.get("ends")

@@ -71,8 +71,10 @@ from mirrorflow.spark import offset_log
 log = logging.getLogger(__name__)
 
 DISCOVERY_S = 10.0  # the planner's default metadata interval (MM2's 600 s default would hold a new topic 10 minutes)
-IDLE_READ_SHARE = 0.02  # S6: of a core, what reading an idle flow's ends may cost
-QUIET_MAX_S = 10.0  # S6: the longest spell without a read, unwatched
+IDLE_READ_SHARE = 0.01  # S6: of a core, what reading an idle flow's ends may cost
+# S6: the longest spell without a read, unwatched. Reached by flows whose read of every end (and the metadata due
+# with it) takes 0.3 s of CPU or more: about 24,000 partitions here. A record arriving then waits up to a spell.
+QUIET_MAX_S = 30.0
 WATCHED_MAX_S = 60.0  # S6: the longest watched spell (a record ends it at once)
 WATCH_FROM_S = 0.5  # S6: a spell this long or longer is watched by a consumer
 # S6: how long a broker holds the watcher's fetch when no record comes (a record answers it at once): each answer
@@ -167,7 +169,8 @@ class RangeReader(DataSourceStreamReader):
         self._watching = False
         self._watched: Mapping[TopicPartition, int] | None = None  # S6: where the watcher was assigned
         self._base: offset_bases.Base | None = None  # the base last made or read
-        self._report: tuple[source_reads.EndsRead, dict[str, Any]] | None = None  # the last read, as reported
+        # The last read, against the base it was reported against, as reported
+        self._report: tuple[source_reads.EndsRead, offset_bases.Base | None, dict[str, Any]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"plan": self.plan, "_admin": None, "_counts": {}, "_counts_at": float("-inf"),
@@ -380,9 +383,11 @@ class RangeReader(DataSourceStreamReader):
         lag, its mirrored-through time). Spark only reports this, it plans nothing from it."""
         if self._read is None:
             return None
-        if self._report is None or self._report[0] is not self._read:  # made once a read: asked at every trigger
-            self._report = (self._read, source_reads.report(self._read))
-        return self._report[1]
+        if self._report is None or self._report[0] is not self._read or self._report[1] is not self._base:
+            # made once a read (and base): asked at every trigger; against the offset base, an idle flow's is small
+            base = None if self._base is None else (self._base.number, self._base.offsets)
+            self._report = (self._read, self._base, source_reads.report(self._read, base))
+        return self._report[2]
 
     def partitions(self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> list[SlotRanges]:
         slots = batch_plan.slot_ranges(self._decode(start), self._decode(end), self.plan.slots)
