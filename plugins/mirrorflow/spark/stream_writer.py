@@ -222,7 +222,13 @@ def _settle_transaction(spec: WriterSpec, producer: Producer, writes: list[_Part
             # restarts, fences (aborting this transaction) and resumes from the committed positions.
             raise RetryableError(f"flow {spec.flow}: {spec.target} did not commit a transaction in time: "
                                  f"{exc.args[0].str()}") from None
-    producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
+    try:
+        producer.abort_transaction(DELIVERY_TIMEOUT_MS / 1000)
+    except KafkaException as exc:
+        # The target did not finish the abort in time (its markers to every partition of the transaction). Not
+        # fatal: the query restarts and its fencing waits the abort out; the partitions resume from their positions.
+        raise RetryableError(f"flow {spec.flow}: {spec.target} did not abort a transaction in time: "
+                             f"{exc.args[0].str()}") from None
     return [(w.stuck(err, causes) if w.tp in outcome.stuck and (err := errors[w.tp]) is not None
              else w.aborted()).report() for w in writes]
 
