@@ -170,11 +170,10 @@ def test_a_batch_in_which_one_partition_of_200_moved_logs_that_partition_and_its
         assert reader.latestOffset(second, ReadAllAvailable()) is second  # nothing new: the same entry (B2)
         # Idle, the read is reported against the base: what moved since it, which the driver reads back whole.
         report = reader.reportLatestOffset()
-        assert report is not None and report["base"] == 0
         read = source_reads.parse_report(report, lambda n: offset_log.read_base(tmp_path / offset_log.BASES, n).offsets)
         assert read == reader._read and read is not None and read.ends[(topic, 7)] == 1
-        if read.complete:  # (a partition without a leader just then is named without an end)
-            assert report["ends_moved"] == f"{topic} 7:1"
+        if read.complete:  # (a read that lacks many partitions just then, without a leader, is reported whole)
+            assert report is not None and (report["base"], report["ends_moved"]) == (0, f"{topic} 7:1")
         # A replay after a restart plans the batch from the same entry exactly as it was planned.
         assert ([s.ranges for s in restarted.partitions(first, second)]
                 == [s.ranges for s in reader.partitions(first, second)] == [(Range(topic, 7, 0, 1),)])
