@@ -175,7 +175,6 @@ class StreamProgress:
             self.metrics.observe_read(dataclasses.replace(
                 read, ends={tp: end for tp, end in read.ends.items() if tp[0] in mirrored}))
 
-
     def _base_offsets(self, number: int) -> Mapping[tuple[str, int], int] | None:
         """The planner's offset base `number` (its report names one), None when it cannot be read; the last one kept."""
         if self.bases is None:

@@ -41,13 +41,12 @@ class TopicChanges:
         self.recreated: set[str] = set()  # re-created topics not yet restarted from their earliest offset
         self.missing_topics: set[str] = set()  # missing at the last prune: gone if missing again at the next
         self.prune_due = self.incarnations_due = self.held_due = 0.0
-        self.ahead: threading.Thread | None = None  # create_ahead's, until whatever comes next waits for it
+        self.ahead: threading.Thread | None = None  # create_ahead's, until create_remotes (which reads `ready`) waits
 
     def forget_deleted(self, read: set[str]) -> set[str]:
         """The topics the flow knows or a query read (`read`) that are gone from the source, looked at twice 2 s apart
         (a topic being re-created is not deleted), their state dropped; none if the source cannot be reached (the
         caller's restart waits and tries again)."""
-        self._after_ahead()
         known = {t for t, _ in self.state.upstream_next} | read
         looks = []
         for attempt in range(2):
@@ -66,14 +65,12 @@ class TopicChanges:
 
     def look_again(self) -> None:
         """At the next batch, look at every topic on both sides (a failed query may be a topic gone)."""
-        self._after_ahead()
         self.held_due = self.incarnations_due = 0.0
 
     def prepare_batch(self, ends: Mapping[tuple[str, int], int]) -> tuple[set[str], dict[str, int]]:
         """Before a batch writes: the flow's topics among its partitions (held ones included: their partitions are
         still the flow's), and those it writes with their partition counts, their remote topics created or grown
         and checked. Raises TopicsRecreated when a source topic was re-created."""
-        self._after_ahead()
         counts: dict[str, int] = {}
         for topic, partition in ends:
             counts[topic] = max(counts.get(topic, 0), partition + 1)
@@ -101,8 +98,12 @@ class TopicChanges:
         """Before the first batch: the remote topics created or grown, so that the target makes their partitions
         while Spark starts (1,200 new ones took 22 s of a first batch; 24,000 take the target here about 40 s).
         Topics the flow has written to are looked at here (a hold writes offset syncs); the ones it never wrote to
-        are created in a thread of its own, which writes nothing and which every other call here waits for. What
-        fails, the first batch tries again and reports."""
+        are created in a thread of its own, which writes nothing but `ready`, and which create_remotes waits for.
+        What fails, the first batch tries again and reports."""
+        def not_ahead(exc: Exception) -> None:
+            log.warning("flow %s: remote topics not created before the first batch (%s); it creates them",
+                        self.flow.name, exc)
+
         try:
             counts = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)[0]
             written = {t for (t, _), d in self.state.downstream_next.items() if d >= 0}
@@ -110,8 +111,7 @@ class TopicChanges:
                      if t not in written and t not in self.state.held and selection.replicates(self.flow, t)}
             self.create_remotes({t: n for t, n in counts.items() if t not in fresh})
         except (OperationalError, KafkaException) as exc:
-            log.warning("flow %s: remote topics not created before the first batch (%s); it creates them",
-                        self.flow.name, exc)
+            not_ahead(exc)
             return
 
         def create() -> None:
@@ -119,8 +119,7 @@ class TopicChanges:
                 admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, fresh)
                 self.ready.update(fresh)
             except (OperationalError, KafkaException) as exc:
-                log.warning("flow %s: remote topics not created before the first batch (%s); it creates them",
-                            self.flow.name, exc)
+                not_ahead(exc)
 
         if fresh:
             self.ahead = threading.Thread(target=create, name=f"mirrorflow-create-ahead-{self.flow.name}",
@@ -136,7 +135,6 @@ class TopicChanges:
         """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
         does the state of deleted topics (after two looks in a row, so that one incomplete metadata answer
         deletes nothing)."""
-        self._after_ahead()
         if time.monotonic() < self.prune_due:
             return []
         interval = self.flow.number("mirrorflow.offset-syncs.prune.interval.seconds")
@@ -181,7 +179,6 @@ class TopicChanges:
     def incarnations(self, topics: set[str]) -> set[str]:
         """Record the topic ID of topics seen for the first time; forget the state of topics re-created since
         (another ID under the same name) and return them: they start again from their earliest offset."""
-        self._after_ahead()
         if not topics:
             return set()
         ids = admin_sync.topic_ids(self.link.source_admin, self.link.source.alias, sorted(topics))
