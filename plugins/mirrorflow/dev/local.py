@@ -50,7 +50,7 @@ from mirrorflow.model.paths import home, jar_cache
 from mirrorflow.spark import maven
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
-HEAP = os.environ.get("MIRRORFLOW_BROKER_HEAP", "384m")
+HEAP = "384m"  # a broker's heap unless MIRRORFLOW_BROKER_HEAP says otherwise when it starts
 START_TIMEOUT_S = float(os.environ.get("MIRRORFLOW_BROKER_START_TIMEOUT", "90"))
 SUPER_USER = "admin"
 QUORUM_SIZE = 3  # controllers of a cluster with at least this many brokers; below it, node 1 alone
@@ -521,7 +521,8 @@ def _cluster_id() -> str:
 
 def _spawn(b: LocalBroker, jars: Path) -> subprocess.Popen[bytes]:
     log = b.log_file.open("ab")
-    cmd = ["java", f"-Xms{HEAP}", f"-Xmx{HEAP}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+    heap = os.environ.get("MIRRORFLOW_BROKER_HEAP", HEAP)
+    cmd = ["java", f"-Xms{heap}", f"-Xmx{heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
            "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
            f"-Dlog4j2.configurationFile={b.folder / 'log4j2.yaml'}",
            "-cp", maven.classpath(jars), "kafka.Kafka", str(b.config_file)]
