@@ -34,7 +34,7 @@ SLOW = {"fetch.max.bytes": 20_000, "message.max.bytes": 20_000, "max.partition.f
 def spec(local_clusters: config.MirrorConfig) -> Iterator[WriterSpec]:
     link = FlowLink.of(local_clusters, "alpha->beta")
     topics = ("copier.gap", "copier.markers", "copier.linger", "copier.held", "copier.behind", "copier.slices",
-              "copier.unending", "copier.kept")
+              "copier.unending", "copier.kept", "copier.idle")
     made = WriterSpec.of(link, remote={t: f"alpha.{t}" for t in topics}, upstream_next={}, ends={}, downstream_next={},
                          source_consumer_settings={**link.settings("source", "consumer"), **SLOW})
     yield made
@@ -182,26 +182,57 @@ def test_a_task_keeps_its_partitions_assigned_for_the_next_only_up_to_kept_max(
         spec: WriterSpec, monkeypatch: pytest.MonkeyPatch) -> None:
     """C4's bound: a broker holds an idle consumer's waiting fetch on a watch list of every partition in it, so a
     worker between tasks waits on at most KEPT_MAX partitions (here 3, for 4 and then 3 partitions)."""
-    create_topic(ALPHA, "copier.kept", 4)
-    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 5, **QUIET})
-    for i in range(40):
-        p.produce("copier.kept", b"k%d" % i, partition=i % 4)
-    assert p.flush(30) == 0
+    _ten_records_a_partition("copier.kept", 4)
     monkeypatch.setattr(copier, "KEPT_MAX", 3)
 
-    def copied(ranges: list[Range]) -> dict[int, list[int]]:
-        read: dict[int, list[int]] = {}
-        for tp, part in copier._runs(spec, ranges):
-            if isinstance(part, Run):
-                read.setdefault(tp[1], []).extend(part.offsets)
-        return read
-
-    assert copied([Range("copier.kept", q, 0, 5) for q in range(4)]) == {q: list(range(5)) for q in range(4)}
+    assert _copied(spec, "copier.kept", 4, 0, 5) == {q: list(range(5)) for q in range(4)}
     reader = copier._READERS[spec.flow]
     assert reader.consumer.assignment() == [] and reader.position == {}
-    assert copied([Range("copier.kept", q, 5, 10) for q in range(3)]) == {q: list(range(5, 10)) for q in range(3)}
+    assert _copied(spec, "copier.kept", 3, 5, 10) == {q: list(range(5, 10)) for q in range(3)}
     assert sorted(tp.partition for tp in reader.consumer.assignment()) == [0, 1, 2]
     assert sorted(reader.position) == [("copier.kept", q) for q in range(3)]
+
+
+def test_a_worker_that_ran_no_task_for_reader_idle_s_lets_its_partitions_go_and_reads_them_afresh(
+        spec: WriterSpec, monkeypatch: pytest.MonkeyPatch) -> None:
+    """C4: a kept partition is fetched every fetch.wait.max.ms while the worker waits for a task, so an idle worker
+    lets them go; never while a task runs."""
+    _ten_records_a_partition("copier.idle", 2)
+    monkeypatch.setattr(copier, "READER_IDLE_S", 0.5)
+    idle = copier._IdleReaders()
+    try:
+        with idle.task():
+            assert _copied(spec, "copier.idle", 2, 0, 5) == {q: list(range(5)) for q in range(2)}
+            reader = copier._READERS[spec.flow]
+            time.sleep(1.5)
+            assert sorted(tp.partition for tp in reader.consumer.assignment()) == [0, 1]  # busy: kept
+        deadline = time.monotonic() + 10
+        while reader.position and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert reader.position == {} and reader.consumer.assignment() == []
+        with idle.task():
+            again = _copied(spec, "copier.idle", 2, 5, 10)
+        assert again == {q: list(range(5, 10)) for q in range(2)}
+        assert copier._READERS[spec.flow] is reader  # the same consumer, its partitions assigned afresh
+    finally:
+        idle.stopped.set()
+
+
+def _ten_records_a_partition(topic: str, partitions: int) -> None:
+    create_topic(ALPHA, topic, partitions)
+    p = Producer({"bootstrap.servers": ALPHA, "linger.ms": 5, **QUIET})
+    for i in range(10 * partitions):
+        p.produce(topic, b"r%d" % i, partition=i % partitions)
+    assert p.flush(30) == 0
+
+
+def _copied(spec: WriterSpec, topic: str, partitions: int, begin: int, end: int) -> dict[int, list[int]]:
+    """The offsets a task copies of [begin, end) of partitions 0 to `partitions` - 1, by partition."""
+    read: dict[int, list[int]] = {}
+    for tp, part in copier._runs(spec, [Range(topic, q, begin, end) for q in range(partitions)]):
+        if isinstance(part, Run):
+            read.setdefault(tp[1], []).extend(part.offsets)
+    return read
 
 
 def test_a_lingering_task_of_a_full_batch_reads_on_to_the_partitions_end_and_waits_for_no_record(

@@ -19,7 +19,7 @@ closes are rules/range_cursor's decisions (RC1-RC5).
   C4  The partitions a task read stay assigned to its worker's consumer (unless they are more than KEPT_MAX: then
       none do), which goes on prefetching them; the next task of that worker keeps a partition only if its next
       record (held, or to be fetched) is exactly where its new range starts, and assigns every other one afresh at
-      its range's start.
+      its range's start. A worker that has run no task for READER_IDLE_S lets all of them go (C1 from there on).
   C5  An end-of-partition event at or past a range's end closes it: every record below was dequeued (a range of
       transaction markers only has no record to wait for).
   C6  A batch that lingers (`spec.linger_until`, a wall-clock deadline) reads every partition of its ranges on
@@ -44,6 +44,7 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
@@ -84,6 +85,11 @@ _LEADER_REQUESTS_MAX, _LEADER_WAIT_S = 8, 5.0  # new topics asked for one by one
 # each filled a 1 GiB source broker's heap within minutes.
 KEPT_MAX = 1_000
 
+# C4: an idle worker's consumer goes on fetching what it keeps assigned, every fetch.wait.max.ms (5 ms for a few
+# partitions): idle flows' workers took 0.05-0.08 of a core here, and their source brokers as much again. After this
+# long without a task the partitions go; the next task assigns them afresh (a fetch's round trip more).
+READER_IDLE_S = 5.0
+
 _READERS: dict[str, _Reader] = {}  # flow -> this worker's reader (bound: the flows this worker copies)
 cache_stats = {"hits": 0, "misses": 0}  # this worker's consumer cache (misses reach the driver: consumer_inits)
 
@@ -95,7 +101,7 @@ def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable
     DataFrame one: no plan to analyse and no Arrow between the JVM and the worker (a trivial job: 23 ms against 63
     here)."""
     uses = dict(cache_stats)
-    with _without_cycle_collection(), writer_seat(spec, len(slots), list(own)) as seats:
+    with _readers_busy(), _without_cycle_collection(), writer_seat(spec, len(slots), list(own)) as seats:
         ranges = [r for seat in seats for r in slots[seat]]
         topics = {spec.remote[r.topic] for r in ranges if r.topic in spec.remote}
         summaries = list(mirror_runs(spec, _runs(spec, ranges), topics))
@@ -103,6 +109,52 @@ def copy_slots(spec: WriterSpec, slots: Sequence[Sequence[Range]], own: Iterable
         summaries[0] = dataclasses.replace(summaries[0], consumer_inits=cache_stats["misses"] - uses["misses"],
                                            consumer_uses=sum(cache_stats.values()) - sum(uses.values()))
     yield from summaries
+
+
+class _IdleReaders:
+    """C4's idle release: a thread of the worker's own lets every reader's partitions go once no task has run
+    for READER_IDLE_S. Tasks and the thread take turns under one lock, held by the thread only while it releases."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.busy = 0  # tasks running in this worker (one at a time in a PySpark worker)
+        self.ended = time.monotonic()
+        self.thread: threading.Thread | None = None
+        self.stopped = threading.Event()
+
+    @contextlib.contextmanager
+    def task(self) -> Iterator[None]:
+        with self.lock:
+            self.busy += 1
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, name="mirrorflow-idle-readers", daemon=True)
+                self.thread.start()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.busy -= 1
+                self.ended = time.monotonic()
+
+    def _watch(self) -> None:
+        while not self.stopped.wait(READER_IDLE_S / 5):
+            with self.lock:
+                if not self.busy and time.monotonic() - self.ended >= READER_IDLE_S:
+                    release_idle_readers()
+
+
+_idle = _IdleReaders()
+_readers_busy = _idle.task
+
+
+def release_idle_readers() -> None:
+    """Every reader of this worker lets its partitions go (C4); a reader it cannot release is dropped."""
+    for flow, reader in list(_READERS.items()):
+        if reader.position:
+            try:
+                reader.release(list(reader.position))
+            except (KafkaException, RuntimeError):
+                _drop_reader(flow)
 
 
 _frozen: list[bool] = []  # this worker's objects are frozen out of the cycle collector (asked once)
