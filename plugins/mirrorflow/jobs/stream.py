@@ -489,7 +489,8 @@ class _Driver:
         begun = time.monotonic()
         self.writes.confirm_lease()
         ends = self.checkpoint.batch_ends(batch_id)
-        flow_topics, replicated = self.topics.prepare_batch(ends)
+        starts = self._lingered(self._batch_starts(batch_id))
+        flow_topics, replicated = self.topics.prepare_batch(ends, starts)
         # Where the batch starts: the previous batch's end, the same when a batch is replayed after a crash (the
         # tasks' positions may already have moved past a gap the driver had not recorded yet).
         begins = self._lingered({**self.state.upstream_next, **self.checkpoint.previous_ends(batch_id)})
@@ -505,7 +506,7 @@ class _Driver:
         # turn of partitions, and the others' records would only be held past their ranges, or dropped past what a
         # worker may hold (copier).
         lingering = bool(self.settings.linger_ms) and not self.ending_query
-        slots = batch_plan.slot_ranges(self._lingered(self._batch_starts(batch_id)), ends, self.query_slots,
+        slots = batch_plan.slot_ranges(starts, ends, self.query_slots,
                                        empty=lingering and not behind)
         spec = self._spec({t: self.flow.policy.remote_topic(self.flow.source, t) for t in replicated}, ends, paused,
                           behind, lingering, {(r.topic, r.partition) for ranges in slots for r in ranges})

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from confluent_kafka import KafkaException
@@ -21,12 +22,17 @@ from mirrorflow.kafka import admin_sync
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
 from mirrorflow.model.config import Flow
+from mirrorflow.rules import batch_plan
 from mirrorflow.rules.flow_state import FlowState, PartitionSummary, SyncRecord
 from mirrorflow.rules.offset_syncs import Loss
 from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 
+# create_ahead makes fresh remote topics this many partitions at a time, in (topic) order: a backlog over more
+# partitions than a batch moves is copied a turn at a time in that order (rules/batch_plan P6), so the first batch
+# waits for its own topics only (24,000 new partitions took the target here about 90 s).
+AHEAD_PARTITIONS = batch_plan.PARTITIONS_MAX
 
 
 class TopicChanges:
@@ -41,7 +47,8 @@ class TopicChanges:
         self.recreated: set[str] = set()  # re-created topics not yet restarted from their earliest offset
         self.missing_topics: set[str] = set()  # missing at the last prune: gone if missing again at the next
         self.prune_due = self.incarnations_due = self.held_due = 0.0
-        self.ahead: threading.Thread | None = None  # create_ahead's, until create_remotes (which reads `ready`) waits
+        self.made = threading.Condition()  # guards `pending`, and `ready` while create_ahead's thread writes it
+        self.pending: set[str] = set()  # source topics create_ahead's thread has yet to make remote topics of
 
     def forget_deleted(self, read: set[str]) -> set[str]:
         """The topics the flow knows or a query read (`read`) that are gone from the source, looked at twice 2 s apart
@@ -67,42 +74,49 @@ class TopicChanges:
         """At the next batch, look at every topic on both sides (a failed query may be a topic gone)."""
         self.held_due = self.incarnations_due = 0.0
 
-    def prepare_batch(self, ends: Mapping[tuple[str, int], int]) -> tuple[set[str], dict[str, int]]:
+    def prepare_batch(self, ends: Mapping[tuple[str, int], int], starts: Mapping[tuple[str, int], int]
+                      ) -> tuple[set[str], dict[str, int]]:
         """Before a batch writes: the flow's topics among its partitions (held ones included: their partitions are
         still the flow's), and those it writes with their partition counts, their remote topics created or grown
-        and checked. Raises TopicsRecreated when a source topic was re-created."""
+        and checked. A topic create_ahead has not made yet is left out of the batch when none of its partitions
+        moves (`ends` against `starts`); otherwise the batch waits for it. Raises TopicsRecreated when a source
+        topic was re-created."""
         counts: dict[str, int] = {}
         for topic, partition in ends:
             counts[topic] = max(counts.get(topic, 0), partition + 1)
         flow_topics = {t for t in counts if selection.replicates(self.flow, t)}
-        replicated = self.create_remotes(counts)
+        moving = {tp[0] for tp, end in ends.items() if end != starts.get(tp, end)}
+        replicated = self.create_remotes(counts, moving)
         self._check_recreated(ends, replicated)
         return flow_topics, replicated
 
-    def create_remotes(self, counts: Mapping[str, int]) -> dict[str, int]:
+    def create_remotes(self, counts: Mapping[str, int], moving: AbstractSet[str] | None = None) -> dict[str, int]:
         """The topics of `counts` (source topic -> partitions) the flow replicates and does not hold, their remote
         topics created or grown (once a run for each size). Holds come first: a remote topic deleted on the target
-        is never created again behind the operator's back."""
-        self._after_ahead()
-        replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t)}
+        is never created again behind the operator's back. Of the topics create_ahead's thread is still making,
+        those in `moving` are waited for and the others left out (None: every one is waited for)."""
+        unmade = self._after_ahead(set(counts) if moving is None else moving)
+        replicated = {t: n for t, n in counts.items() if selection.replicates(self.flow, t) and t not in unmade}
         grown = {t: n for t, n in replicated.items() if self.ready.get(t, 0) < n}
         self._hold_gone_remotes(replicated, grown)
         replicated = {t: n for t, n in replicated.items() if t not in self.state.held}
         grown = {t: n for t, n in grown.items() if t not in self.state.held}
         if grown:
             admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, grown)
-            self.ready.update(grown)
+            with self.made:
+                self.ready.update(grown)
         return replicated
 
     def create_ahead(self) -> None:
         """Before the first batch: the remote topics created or grown, so that the target makes their partitions
-        while Spark starts (1,200 new ones took 22 s of a first batch; 24,000 take the target here about 40 s).
+        while Spark starts (1,200 new ones took 22 s of a first batch; 24,000 take the target here about 90 s).
         Topics the flow has written to are looked at here (a hold writes offset syncs); the ones it never wrote to
-        are created in a thread of its own, which writes nothing but `ready`, and which create_remotes waits for.
-        What fails, the first batch tries again and reports."""
+        are created in a thread of its own, AHEAD_PARTITIONS at a time in topic order, which writes nothing but
+        `ready` and `pending`, and which a batch waits for only as far as the topics it moves. What fails, the
+        batches try again and report."""
         def not_ahead(exc: Exception) -> None:
-            log.warning("flow %s: remote topics not created before the first batch (%s); it creates them",
-                        self.flow.name, exc)
+            log.warning("flow %s: remote topics not created before the batches that need them (%s); they create "
+                        "them", self.flow.name, exc)
 
         try:
             counts = admin_sync.partition_counts(self.link.source_admin, self.link.source.alias)[0]
@@ -116,20 +130,29 @@ class TopicChanges:
 
         def create() -> None:
             try:
-                admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, fresh)
-                self.ready.update(fresh)
+                for part in _parts(fresh, AHEAD_PARTITIONS):
+                    admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, part)
+                    with self.made:
+                        self.ready.update(part)
+                        self.pending -= part.keys()
+                        self.made.notify_all()
             except (OperationalError, KafkaException) as exc:
                 not_ahead(exc)
+            finally:
+                with self.made:
+                    self.pending.clear()
+                    self.made.notify_all()
 
         if fresh:
-            self.ahead = threading.Thread(target=create, name=f"mirrorflow-create-ahead-{self.flow.name}",
-                                          daemon=True)
-            self.ahead.start()
+            self.pending = set(fresh)
+            threading.Thread(target=create, name=f"mirrorflow-create-ahead-{self.flow.name}", daemon=True).start()
 
-    def _after_ahead(self) -> None:
-        ahead, self.ahead = self.ahead, None
-        if ahead is not None:
-            ahead.join()
+    def _after_ahead(self, wanted: AbstractSet[str]) -> set[str]:
+        """Wait until create_ahead's thread has made the remote topics of `wanted` (or ended); the topics it has
+        yet to make."""
+        with self.made:
+            self.made.wait_for(lambda: not (self.pending & wanted))
+            return set(self.pending)
 
     def prune(self) -> list[SyncRecord]:
         """Every `mirrorflow.offset-syncs.prune.interval.seconds`: anchors below the source's log start go, and so
@@ -300,3 +323,16 @@ class TopicChanges:
 def _loss_line(flow: Flow, tp: tuple[str, int], position: int, end: int) -> str:
     return (f"flow {flow.name}: DATA LOSS on {flow.source} {tp[0]}-{tp[1]}: offsets {position}..{end - 1} "
             f"({end - position} records) were deleted on the source before the flow read them")
+
+
+def _parts(counts: Mapping[str, int], partitions: int) -> Iterator[dict[str, int]]:
+    """`counts` (topic -> partitions) cut in topic order into parts of about `partitions` partitions, at least one
+    topic each."""
+    part: dict[str, int] = {}
+    for topic in sorted(counts):
+        part[topic] = counts[topic]
+        if sum(part.values()) >= partitions:
+            yield part
+            part = {}
+    if part:
+        yield part
