@@ -1,11 +1,9 @@
-"""Each mapInArrow output schema is declared once, as Arrow: Spark's DDL is derived from it, and the rows a task
-yields carry exactly its columns (pure)."""
+"""Each mapInArrow output schema is declared once, as Arrow: Spark's DDL is derived from it (pure)."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from mirrorflow.jobs import audit
 from mirrorflow.spark import schemas
 
 
@@ -19,9 +17,3 @@ def test_the_ddl_names_every_column_with_its_spark_type_in_order() -> None:
 def test_an_arrow_type_spark_is_not_told_about_fails_at_once() -> None:
     with pytest.raises(TypeError, match="no Spark SQL type"):
         schemas.ddl(pa.schema([("at", pa.timestamp("ms"))]))
-
-
-def test_an_audit_tally_row_carries_exactly_the_result_columns() -> None:
-    row = audit._Tally(("orders", 3), None, "east.orders").row()
-    assert list(row) == audit._RESULT.names
-    pa.RecordBatch.from_pylist([row], schema=audit._RESULT)

@@ -121,10 +121,10 @@ def test_local_up_writes_jks_stores_and_its_broker_refuses_a_client_without_a_ce
     assert not any(p in status.stdout + status.stderr for p in passwords)
 
 
-def test_sync_the_stream_and_an_audit_by_spark_s_java_client_copy_every_record_over_mutual_tls(mirrored) -> None:  # type: ignore[no-untyped-def]
+def test_sync_the_stream_and_the_audit_copy_and_check_every_record_over_mutual_tls(mirrored) -> None:  # type: ignore[no-untyped-def]
     cfg, path, _ = mirrored
     assert _records(cfg.cluster("tau"), "sigma.orders") == _records(cfg.cluster("sigma"), "orders") == _produced()
-    audit = _cli(path, "audit", "--flow", "sigma->tau", "--master", "local[1]", "--json", "--full", timeout=600)
+    audit = _cli(path, "audit", "--flow", "sigma->tau", "--master", "local[1]", "--json", timeout=600)
     assert audit.returncode == 0, audit.stderr[-3000:]
     report = json.loads(audit.stdout)
     assert report["complete"] is True and report["mode"] == "full" and report["source_records"] == RECORDS, report

@@ -151,10 +151,14 @@ def tree_memory_mb(pid: int) -> tuple[float, float]:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+PLANNER_MODULE = b"pyspark.sql.streaming.python_streaming_source_runner"  # the process Spark runs a Python source in
+
+
 def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each named process tree; a mirror's tree is split into its JVM
-    (`{name} JVM`), its root (`{name} Python driver`) and every other process (`{name} Python workers`: Spark's
-    Python daemon and its forked workers, the data source's planner)."""
+    (`{name} JVM`), its root (`{name} Python driver`), the data source's planner (`{name} planner`, Spark's
+    streaming source runner) and every other process (`{name} Python workers`: Spark's Python daemons and their
+    forked workers)."""
     children: dict[int, list[int]] = {}
     ticks: dict[int, int] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -171,9 +175,10 @@ def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
             kind = name
             if name == "mirror":
                 with contextlib.suppress(OSError):
-                    exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-                    kind = ("mirror JVM" if exe.endswith(b"java") else
-                            "mirror Python driver" if pid == root else "mirror Python workers")
+                    args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    kind = ("mirror JVM" if args[0].endswith(b"java") else
+                            "mirror Python driver" if pid == root else
+                            "mirror planner" if PLANNER_MODULE in args else "mirror Python workers")
             used[kind] = used.get(kind, 0.0) + ticks.get(pid, 0) / CLOCK_TICKS
             todo.extend(children.get(pid, []))
     return used
@@ -541,8 +546,7 @@ def audit_speed(work: Path, stream_rps: float) -> dict[str, Any]:
     source = reports[0].total("source_records")
     cold, warm = (source / r.seconds for r in reports)
     return {"source_records": source, "seconds": reports[0].seconds, "source_rps": cold, "warm_source_rps": warm,
-            "over_stream": cold / stream_rps, "warm_over_stream": warm / stream_rps, "mode": reports[0].mode,
-            "digest_records": reports[0].digest_records}
+            "over_stream": cold / stream_rps, "warm_over_stream": warm / stream_rps}
 
 
 def _ms(value: float) -> str:
@@ -596,7 +600,7 @@ def table(limit: dict[str, float], runs: list[Run], audit: dict[str, Any] | None
     if plain and many:
         rows.append(f"| **mirrorflow many / plain** | many | **{_ratio(many['rps'], plain['rps'])}** | | | | | | | |")
     if audit:
-        rows.append(f"| mirrorflow audit of the plain copy ({audit['mode']}; new Spark session, then again) | audit | "
+        rows.append(f"| mirrorflow audit of the plain copy (both sides read; new Spark session, then again) | audit | "
                     f"{audit['source_rps']:,.0f}, {audit['warm_source_rps']:,.0f} source records/s | | | | | | | |")
         rows.append(f"| **audit / stream** | audit | **{audit['over_stream']:.2f}x, {audit['warm_over_stream']:.2f}x** "
                     "| | | | | | | |")
@@ -609,7 +613,8 @@ def cpu_table(runs: list[Run]) -> str:
     over the copy's seconds is how many of the machine's cores were busy, and beside it the cores the rest of the
     machine took meanwhile (other processes; the hypervisor's steal); and the mirror's cores at the latency phase's
     fixed rate."""
-    kinds = ("mirror JVM", "mirror Python driver", "mirror Python workers", "source broker", "target broker")
+    kinds = ("mirror JVM", "mirror Python driver", "mirror planner", "mirror Python workers", "source broker",
+             "target broker")
     rows = ["| run | mode | " + " | ".join(f"{k} (CPU ms / 1,000 records)" for k in kinds) + " | cores busy | "
             "other / steal cores | bytes on the target's disk per record | mirror's cores at 5,000 records/s |",
             "|---|---|" + "---:|" * (len(kinds) + 4)]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +32,9 @@ def config_text(aliases: tuple[str, str], ports: tuple[int, int], flows: list[st
 class StreamProcess:
     """`mirrorflow stream --flow F` in its own process group, so a test can kill it like a crash would."""
 
-    def __init__(self, config: Path, flow: str, workdir: Path) -> None:
+    def __init__(self, config: Path, flow: str, workdir: Path, env: Mapping[str, str] | None = None) -> None:
         self.config, self.flow, self.workdir = config, flow, workdir
+        self.env = {**os.environ, **env} if env else None  # the stream's and its workers' environment
         self.checkpoint = workdir / "checkpoint"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
@@ -49,7 +50,7 @@ class StreamProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "mirrorflow", "--config", str(self.config), "stream", "--flow", self.flow,
                  "--checkpoint", str(self.checkpoint), "--driver-memory", "640m", *extra],
-                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=self.env)
 
     def kill9(self) -> None:
         assert self.proc is not None

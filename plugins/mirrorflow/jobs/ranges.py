@@ -1,6 +1,7 @@
 """The bounded source ranges the batch jobs (audit, backfill) cover, and where their copies can lie on the target.
 
-A range is the source offsets [start, end) of one partition the flow replicates (heartbeats topics aside).
+A range is the source offsets [start, end) of one partition the flow replicates (its heartbeats topics only when
+asked: the audit's).
 From a time window [from, to): start is the first offset whose timestamp is at or after `from`, end the first
 at or after `to`, or the partition's end (its last stable offset under `read_committed`) when `to` is open or
 later than every record. From explicit offsets (`{"topic": {"0": 10}}`, -2 for the earliest): only the
@@ -122,13 +123,15 @@ def parse_offsets(text: str) -> dict[str, dict[int, int]]:
 
 
 def plan(link: FlowLink, *, topics: str | None = None, window: Window = EVERYTHING,
-         from_offsets: Mapping[str, Mapping[int, int]] | None = None, allow_empty: bool = False) -> list[SourceRange]:
+         from_offsets: Mapping[str, Mapping[int, int]] | None = None, allow_empty: bool = False,
+         heartbeats: bool = False) -> list[SourceRange]:
     """Every range the request covers, sorted by topic and partition. Reads both clusters' offsets and the syncs.
-    No partition at all is a ConfigError unless `allow_empty` (a flow with nothing on its source yet)."""
+    No partition at all is a ConfigError unless `allow_empty` (a flow with nothing on its source yet). The flow's
+    heartbeats topics are covered only if `heartbeats`."""
     flow, source, target = link.flow, link.source, link.target
     source_admin, target_admin = link.source_admin, link.target_admin
     counts, _ = admin_sync.partition_counts(source_admin, source.alias)
-    partitions = link.replicated_partitions(counts, topic_filter(topics))
+    partitions = link.replicated_partitions(counts, topic_filter(topics), heartbeats)
     if from_offsets is not None:
         partitions = _named(flow, counts, partitions, from_offsets)
     if not partitions and allow_empty:

@@ -143,12 +143,13 @@ class FlowLink:
         return self.flow.policy.remote_topic(self.flow.source, topic)
 
     def replicated_partitions(self, counts: Mapping[str, int] | None = None,
-                              wanted: Callable[[str], bool] = lambda _topic: True) -> list[tuple[str, int]]:
+                              wanted: Callable[[str], bool] = lambda _topic: True,
+                              heartbeats: bool = False) -> list[tuple[str, int]]:
         """The source partitions the flow replicates, sorted (of `counts`, else as the source has them now), its
-        heartbeats topics aside: the stream copies those too, but ranges, audits and lags are about the records
-        producers wrote."""
+        heartbeats topics aside unless `heartbeats` (the audit's): the stream copies those too, but backfills and
+        lags are about the records producers wrote."""
         if counts is None:
             counts, _ = admin_sync.partition_counts(self.source_admin, self.flow.source)
         return [(t, p) for t, n in sorted(counts.items())
-                if selection.replicates(self.flow, t) and not is_heartbeats_topic(self.flow.policy, t) and wanted(t)
-                for p in range(n)]
+                if selection.replicates(self.flow, t) and wanted(t)
+                and (heartbeats or not is_heartbeats_topic(self.flow.policy, t)) for p in range(n)]

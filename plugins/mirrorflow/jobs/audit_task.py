@@ -1,0 +1,222 @@
+"""The audit's reads, in Spark's executors: each task reads its source ranges and their remote partitions with
+librdkafka (as the stream's copier reads, but with consumers of its own), hashes every record's fields on both sides
+and compares them there (jobs/audit_tally). Only one PartitionAudit per range reaches the driver.
+
+  R1  A source range [start, end) is read until a record at or past `end`, or an end-of-partition event at or past
+      it (a range ending in transaction markers has no record to wait for), with the flow's isolation level.
+  R2  A remote partition is read read_committed from the range's target floor to its end when the read begins
+      (its first end-of-partition event): the copy of every record the flow's offset syncs say it has read was
+      committed before the audit planned the range, so none of them can come later.
+  R3  A copy is attributed by its last provenance header from the flow's source; that header is this hop's only when
+      it is the last one, and then it is left out of the copy's headers (a copy with anything after it differs).
+      Copies of other topics are not the range's; copies of another partition of the topic are counted unexpected.
+  R4  Records deleted on either side while they are read are not there: a read resumes at the log start.
+  R5  A read that brings nothing for STALL_S fails the task (Spark tries it again), naming the partition.
+Bound: a task holds the arrays of at most SPAN_MAX source offsets of one range at a time (48 bytes a record on each
+side); a longer range is compared a span at a time, its remote partition read once a span.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import xxhash
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from mirrorflow.errors import RetryableError
+from mirrorflow.jobs.audit_report import PartitionAudit
+from mirrorflow.jobs.audit_tally import NULL_FIELD, Side, Tally, compare
+from mirrorflow.jobs.ranges import SourceRange
+from mirrorflow.kafka import readers
+from mirrorflow.rules import provenance, record_digest
+
+STALL_S = 120.0
+SPAN_MAX = 4_000_000
+_CONSUME_MAX = 10_000
+_UNREADABLE_HEADERS = 0x2545F4914F6CDD1D  # headers whose keys are not UTF-8 (the client cannot give them)
+_xxh64 = xxhash.xxh64_intdigest
+
+
+@dataclass(frozen=True)
+class AuditSpec:
+    """What every task needs: the flow's clusters' consumer settings and how it reads."""
+
+    flow: str
+    source: str
+    target: str
+    source_settings: Mapping[str, Any]
+    target_settings: Mapping[str, Any]
+    reads_committed: bool
+
+
+def slots(ranges: Sequence[SourceRange], tasks: int) -> list[list[SourceRange]]:
+    """The ranges dealt to `tasks` slots, largest first, each to the slot with the fewest offsets so far."""
+    out: list[list[SourceRange]] = [[] for _ in range(max(1, min(tasks, len(ranges))))]
+    load = [0] * len(out)
+    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition, r.start)):
+        i = load.index(min(load))
+        out[i].append(r)
+        load[i] += r.size
+    return [s for s in out if s]
+
+
+def audit_slots(spec: AuditSpec, slots_: Sequence[Sequence[SourceRange]], own: Iterator[int]
+                ) -> Iterator[PartitionAudit]:
+    """mapPartitions body over `sparkContext.range(len(slots))`: audit the ranges of this task's slot."""
+    source = Consumer(_config(spec.source_settings, spec.flow, spec.reads_committed))
+    target = Consumer(_config(spec.target_settings, spec.flow, True))
+    try:
+        for index in own:
+            for r in slots_[index]:
+                yield audit_range(spec, source, target, r)
+    finally:
+        source.close()
+        target.close()
+
+
+def audit_range(spec: AuditSpec, source: Consumer, target: Consumer, r: SourceRange) -> PartitionAudit:
+    """The range's audit, SPAN_MAX source offsets at a time (the remote partition read again for each)."""
+    tally = Tally(r.remote, r.mirrored)
+    for start in range(r.start, r.end, SPAN_MAX):
+        end = min(r.end, start + SPAN_MAX)
+        records, refused = _source_side(spec, source, replace(r, start=start, end=end))
+        copies, misplaced = (_copies(spec, target, r, start, end) if r.target_floor is not None
+                             else (Side.empty(), 0))
+        tally.unexpected += misplaced if start == r.start else 0
+        compare(tally, records, refused, copies, start, end)
+    return replace(tally.audit(r.topic, r.partition, r.start, r.end), lost=r.lost, lost_ranges=r.lost_ranges)
+
+
+def _config(settings: Mapping[str, Any], flow: str, read_committed: bool) -> dict[str, Any]:
+    return {**readers.reader_config(settings, flow, read_committed), "group.id": f"mirrorflow-audit-{flow}"}
+
+
+def _source_side(spec: AuditSpec, consumer: Consumer, r: SourceRange) -> tuple[Side, np.ndarray]:
+    parts: list[Side] = []
+    refused: list[np.ndarray] = []
+    for ms in _read(consumer, r.topic, r.partition, r.start, r.end, spec.source):
+        headers = [_headers(m) for m in ms]
+        parts.append(_side(ms, [m.offset() or 0 for m in ms], headers))
+        refused.append(np.fromiter((bool(h) and h is not _UNREADABLE and provenance.returns_to(h, spec.target, r.remote)
+                                    for h in headers), bool, len(ms)))
+    return Side.join(parts), (np.concatenate(refused) if refused else np.zeros(0, bool))
+
+
+def _copies(spec: AuditSpec, consumer: Consumer, r: SourceRange, start: int, end: int) -> tuple[Side, int]:
+    """R3: the remote partition's records from the floor on that this flow's provenance attributes to offsets
+    [start, end) of `r`, and how many name another partition of its topic."""
+    assert r.target_floor is not None
+    hop_start = provenance.prefix(spec.source)
+    topic_start = provenance.prefix(spec.source, r.topic)
+    parts: list[Side] = []
+    misplaced = 0
+    for ms in _read(consumer, r.remote, r.partition, r.target_floor, None, spec.target):
+        kept: list[Message] = []
+        offsets: list[int] = []
+        own: list[list[tuple[str, bytes | None]] | None] = []
+        for m in ms:
+            headers = _headers(m)
+            if not headers or headers is _UNREADABLE:
+                continue
+            hop = next((i for i in range(len(headers) - 1, -1, -1) if headers[i][0] == provenance.HEADER
+                        and (v := headers[i][1]) is not None and v.startswith(hop_start)), None)
+            if hop is None:
+                continue
+            value = headers[hop][1]
+            assert value is not None
+            if not value.startswith(topic_start):
+                continue
+            try:
+                partition, offset = (int(x) for x in value[len(topic_start):].split(b"/"))
+            except ValueError:
+                continue
+            if partition != r.partition:
+                misplaced += 1
+                continue
+            if not start <= offset < end:
+                continue
+            kept.append(m)
+            offsets.append(offset)
+            own.append(headers[:hop] if hop == len(headers) - 1 else headers)
+        if kept:
+            parts.append(_side(kept, offsets, own))
+    return Side.join(parts), misplaced
+
+
+_UNREADABLE: list[tuple[str, bytes | None]] = []
+
+
+def _headers(m: Message) -> list[tuple[str, bytes | None]] | None:
+    try:
+        return m.headers()  # type: ignore[return-value]
+    except UnicodeDecodeError:
+        return _UNREADABLE
+
+
+def _side(ms: Sequence[Message], offsets: Sequence[int], headers: Sequence[list[tuple[str, bytes | None]] | None]
+          ) -> Side:
+    n = len(ms)
+    fields = np.empty((n, 4), np.int64)
+    fields[:, 0] = _hashes([m.key() for m in ms])
+    fields[:, 1] = _hashes([m.value() for m in ms])
+    fields[:, 2] = np.fromiter((_UNREADABLE_HEADERS if h is _UNREADABLE else record_digest.headers_hash(h) if h else 0
+                                for h in headers), np.uint64, n).view(np.int64)
+    fields[:, 3] = np.fromiter((m.timestamp()[1] for m in ms), np.int64, n)
+    return Side(np.array(offsets, np.int64), fields, np.fromiter((m.partition() for m in ms), np.int32, n),
+                np.fromiter((m.offset() for m in ms), np.int64, n))
+
+
+def _hashes(blobs: list[bytes | None]) -> np.ndarray:
+    if None not in blobs:
+        return np.fromiter(map(_xxh64, blobs), np.uint64, len(blobs)).view(np.int64)  # type: ignore[arg-type]
+    return np.fromiter((NULL_FIELD if b is None else _xxh64(b) for b in blobs), np.uint64, len(blobs)).view(np.int64)
+
+
+def _read(consumer: Consumer, topic: str, partition: int, start: int, end: int | None, cluster: str
+          ) -> Iterator[list[Message]]:
+    """The records of [start, end) (R1), or from `start` to the partition's end as the read finds it (R2), in
+    runs of at most _CONSUME_MAX."""
+    tp = TopicPartition(topic, partition, start)
+    consumer.assign([tp])
+    try:
+        if end is not None and start >= end:
+            return
+        last = time.monotonic()
+        while True:
+            ms = consumer.consume(_CONSUME_MAX, 1.0)
+            if not ms:
+                if time.monotonic() - last > STALL_S:
+                    raise RetryableError(f"{cluster} {topic}-{partition}: nothing read for {STALL_S:.0f} s from "
+                                         f"offset {start} on (the audit task is tried again)")
+                continue
+            last = time.monotonic()
+            records = []
+            done = False
+            for m in ms:
+                if m.topic() != topic or m.partition() != partition:
+                    continue  # an event of a partition read before
+                err = m.error()
+                if err is None:
+                    if end is not None and (m.offset() or 0) >= end:
+                        done = True
+                        break
+                    records.append(m)
+                elif err.code() == KafkaError._PARTITION_EOF:
+                    done = end is None or (m.offset() or 0) >= end
+                    if done:
+                        break
+                elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                    low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                    consumer.seek(TopicPartition(topic, partition, low))  # R4
+                else:
+                    raise KafkaException(err)
+            if records:
+                yield records
+            if done:
+                return
+    finally:
+        consumer.unassign()

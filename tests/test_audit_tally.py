@@ -1,0 +1,97 @@
+"""The audit's comparison (jobs/audit_tally) on hand-built sides: classification and ranges, as pure logic."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+from mirrorflow.jobs import audit_report
+from mirrorflow.jobs.audit_tally import Side, Tally, compare
+
+SOURCE = (11, 12, 13, 1000)  # key, value, headers hashes and timestamp
+
+
+def _sides(spec: list[tuple[int, int | None, list[tuple[int, ...]]]]) -> tuple[Side, np.ndarray, Side]:
+    """(offset, source present (1), refused (2) or absent (None), copies' fields) -> the source side, its refused
+    flags and the copies (in the target's order: by offset, then as listed)."""
+    present = [(o, p) for o, p, _ in spec if p is not None]
+    offsets = np.array([o for o, _ in present], np.int64)
+    source = Side(offsets, np.array([SOURCE] * len(present), np.int64).reshape(-1, 4),
+                  np.zeros(len(present), np.int32), offsets)
+    copies = [(o, c, 500 + o * 3 + i) for o, _, cs in spec for i, c in enumerate(cs)]
+    side = Side(np.array([o for o, _, _ in copies], np.int64),
+                np.array([c[:4] for _, c, _ in copies], np.int64).reshape(-1, 4),
+                np.array([c[4] for _, c, _ in copies], np.int32), np.array([at for _, _, at in copies], np.int64))
+    return source, np.array([p == 2 for _, p in present], bool), side
+
+
+def _tally(spec: list[tuple[int, int | None, list[tuple[int, ...]]]], mirrored: int | None,
+           span: int = 1_000) -> dict[str, Any]:
+    """compare() over the spec, `span` offsets at a time with one tally (as a task compares a long range)."""
+    source, refused, copies = _sides(spec)
+    tally = Tally("a.t", mirrored)
+    end = len(spec)  # offsets 0 to len(spec) - 1
+    for start in range(0, end, span):
+        inside = (source.offsets >= start) & (source.offsets < start + span)
+        part = Side(source.offsets[inside], source.fields[inside], source.partitions[inside], source.at[inside])
+        compare(tally, part, refused[inside], copies, start, min(end, start + span))
+    return dataclasses.asdict(tally.audit("t", 0, 0, end))
+
+
+SAME = (11, 12, 13, 1000, 0)
+
+
+def test_each_kind_of_damage_is_named_at_its_offset() -> None:
+    spec = [(0, 1, [SAME]), (1, 1, []), (2, 1, []), (3, 1, [SAME, SAME]), (4, 1, [(11, 99, 13, 1000, 0)]),
+            (5, 1, [(11, 12, 98, 1001, 0)]), (6, 1, [(11, 12, 13, 1000, 1)]), (7, None, [SAME]), (8, 1, [SAME]),
+            (9, 1, []), (10, 2, [])]
+    t = _tally(spec, mirrored=9)
+    assert (t["source_records"], t["mirrored_records"], t["copies"], t["unexpected"]) == (10, 6, 7, 1)
+    assert t["refused"] == 1  # offset 10: it came from the target topic it would be written to
+    assert (t["missing"], t["missing_ranges"]) == (2, ((1, 2),))
+    assert (t["duplicated"], t["duplicated_ranges"]) == (1, ((3, 3),))
+    assert [(d["offset"], d["fields"]) for d in t["differences"]] == \
+           [(4, ("value",)), (5, ("headers", "timestamp")), (6, ("partition",))]
+    assert t["differences"][0]["at"] == "a.t-0@512"
+    assert t["behind"] == 1  # offset 9: the flow has not read it
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([None, 1, 1, 2])), min_size=1, max_size=60),
+       st.one_of(st.none(), st.integers(0, 70)), st.integers(1, 7))
+def test_every_source_record_counts_once_and_ranges_are_maximal_runs(
+        shape: list[tuple[int, int | None]], mirrored: int | None, span: int) -> None:
+    spec = [(o, present, [SAME] * copies) for o, (copies, present) in enumerate(shape)]
+    t = _tally(spec, mirrored, span)
+    sources = [(o, c) for o, (c, p) in enumerate(shape) if p == 1]
+    assert t["source_records"] == len(sources) + t["refused"]
+    assert t["refused"] == sum(1 for _, p in shape if p == 2)
+    assert t["mirrored_records"] + t["missing"] + t["behind"] + t["refused"] == t["source_records"]  # invariant A
+    limit = mirrored if mirrored is not None else -1
+    missing = [o for o, c in sources if c == 0 and o < limit]
+    dups = [o for o, c in sources if c > 1]
+    for offsets, ranges in ((missing, t["missing_ranges"]), (dups, t["duplicated_ranges"])):  # invariant B
+        runs: list[list[int]] = []
+        order = [o for o, (_, p) in enumerate(shape) if p is not None]  # a refused record cuts a run
+        for o in offsets:
+            if runs and order.index(o) == order.index(runs[-1][1]) + 1:
+                runs[-1][1] = o
+            else:
+                runs.append([o, o])
+        assert [list(r) for r in ranges] == runs[:audit_report.EXAMPLES]
+
+
+@given(st.lists(st.tuples(st.sampled_from([None, 1, 1, 1, 2]),
+                          st.lists(st.sampled_from([SAME, SAME, (11, 99, 13, 1000, 0), (11, 12, 13, 1000, 1)]),
+                                   max_size=3)), max_size=60),
+       st.one_of(st.none(), st.integers(0, 70)), st.integers(1, 9))
+def test_comparing_in_bulk_gives_what_classifying_each_record_in_offset_order_gives(
+        shape: list[tuple[int | None, list[tuple[int, ...]]]], mirrored: int | None, span: int) -> None:
+    spec = [(o, present, copies) for o, (present, copies) in enumerate(shape)]  # invariant C
+    one_by_one = Tally("a.t", mirrored)
+    for o, present, copies in spec:
+        rows = [(*c, 500 + o * 3 + i) for i, c in enumerate(copies)]
+        one_by_one.record(o, None if present is None else (*SOURCE, 0, o), rows, present == 2)
+    assert _tally(spec, mirrored, span) == dataclasses.asdict(one_by_one.audit("t", 0, 0, len(spec)))
