@@ -478,11 +478,12 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
             frozen_with = len(read_partition(BETA, remote, 0, committed=True))
             print(f"frozen with {under_way(remote, syncs, topic)} records of a batch on the target")
             assert under_way(remote, syncs, topic) > 1_000  # the premise: a batch under way
-            second.start()  # its lease waits out the frozen instance's session, then its writes (W3)
+            second.start()  # its lease waits out the frozen instance's session, then its writes if unfenced (W3)
             wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [BACKLOG + 100], 300,
                      "the second instance's copies", second)
             assert len(read_partition(BETA, remote, 0, committed=True)) > frozen_with  # not only an abort marker
-            assert "did not stop cleanly: waiting" in second.output()
+            assert ("did not stop cleanly: waiting" in second.output()) is not fenced  # W3: fenced, or a wait
+            assert ("its transactional ids are fenced" in second.output()) is fenced
         finally:
             first.signal_all(signal.SIGCONT)
         wait_for(lambda: not first.alive(), 120, "the resumed instance to stop")

@@ -192,13 +192,14 @@ class _Driver:
             log.info("flow %s: Python workers not started ahead of the first batch: %s", self.flow.name, exc)
 
     def _take_over(self, fresh: bool) -> None:
-        """With the lease just held (at start, or regained): wait out the previous holder's writes unless it stopped
-        cleanly or there was none (`fresh`: the offset-syncs topic was just created; W3), then fence and load."""
+        """With the lease just held (at start, or regained): fence the previous holder's driver, read the flow's
+        state, wait out the previous holder's writes unless it stopped cleanly, there was none (`fresh`: the
+        offset-syncs topic was just created) or every write is transactional (W3), then fence the slots and load."""
         assert self.lease is not None
+        self.writes.take_over()  # W4: the previous holder's driver writes nothing more, so its state read is whole
         syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         clean = fresh or syncs.release is not None
-        self.lease.wait_out_previous_writer(clean)
-        self.writes.take_over()  # W4: the previous holder's driver writes nothing more
+        self.lease.wait_out_previous_writer(clean, fenced=self.link.transactional)
         if syncs.release is not None:
             self.writes.write([Release(None)])  # a crash of this instance must not look clean to the next one
         self.writer_slots = syncs.writers.slots if syncs.writers is not None else None
