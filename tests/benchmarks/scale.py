@@ -9,8 +9,8 @@ spread over every partition before the flow starts. Per size it measures:
   - first copy: seconds from launching `mirrorflow stream` until the target holds a mirrored record;
   - throughput: records per second from the first mirrored record to the last, against the reference's;
   - peak PSS of the flow's process tree while it copies, against the reference's;
-  - idle: the cores the flow's tree takes over IDLE_S once it has copied everything (driver, JVM, Python
-    workers and planner apart);
+  - idle: the cores the flow's driver (Python and JVM) and planner take over IDLE_S once it has copied everything,
+    and the whole tree's (the copy workers too), each process kind apart;
   - the offset-log entry Spark writes for a batch in which 100 partitions moved (bytes);
   - restart: seconds from launching the stream again (SIGTERM before) until a record produced then is mirrored;
   - the offset-sync state a restart reads: live records, seconds and MiB (peak RSS growth) of reading it whole in
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import random
 import subprocess
@@ -55,6 +56,9 @@ WAN_API = 26340
 WAN_ONE_WAY_MS = 25
 PARTITIONS_PER_TOPIC = 12
 IDLE_S = 30.0
+# The target's "driver + planner" at idle: the driver's processes (Python, and Spark's JVM: in local mode also the
+# executor) and the data source's planner; the copy workers are beside them in the whole tree's figure.
+DRIVER_AND_PLANNER = ("mirror Python driver", "mirror JVM", "mirror planner")
 SAMPLE = 240  # partitions wait_target polls while a copy runs
 FULL_POLL_S = 1.0
 SIZE = 100
@@ -400,8 +404,10 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
         time.sleep(IDLE_S)
         after = cpu_seconds(roots)
         row["idle_cores_by_process"] = {k: (after[k] - before.get(k, 0.0)) / IDLE_S for k in after}
-        row["idle_cores"] = sum(row["idle_cores_by_process"].values())
-        print(f"  idle: {row['idle_cores']:.3f} cores {row['idle_cores_by_process']}", flush=True)
+        row["idle_cores"] = sum(v for k, v in row["idle_cores_by_process"].items() if k in DRIVER_AND_PLANNER)
+        row["idle_cores_tree"] = sum(row["idle_cores_by_process"].values())
+        print(f"  idle: driver and planner {row['idle_cores']:.3f} cores, the whole tree {row['idle_cores_tree']:.3f} "
+              f"{row['idle_cores_by_process']}", flush=True)
 
         every = every_partition(topics)
         moved = every[:: max(1, partitions // 100)][:100]
@@ -518,7 +524,8 @@ def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse
     machine = f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB"
     print(f"\n### One flow by partitions ({machine}, one run, {args.records:,} records of {SIZE} B, "
           f"{args.groups:,} groups)\n")
-    print("| partitions | records/s (x 12) | first copy | restart to first copy | idle cores | offset-log entry, "
+    print("| partitions | records/s (x 12) | first copy | restart to first copy | idle cores, driver and planner "
+          "(whole tree) | offset-log entry, "
           "100 moved "
           "| offset syncs read on restart | peak PSS (x 12) | checkpoint round LAN / WAN | round's requests LAN / WAN "
           "| round's peak RSS |")
@@ -528,7 +535,8 @@ def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse
             s = r.get(f"checkpoint_round_s_{where}", float("nan"))
             return f"{'>' if r.get(f'checkpoint_round_capped_{where}') else ''}{s:.1f} s"
         print(f"| {r['partitions']:,} | {r['rps']:,.0f} ({r.get('rps_over_12', 1.0):.2f}) | {r['first_copy_s']:.1f} s "
-              f"| {r['restart_first_copy_s']:.1f} s | {r['idle_cores']:.3f} | "
+              f"| {r['restart_first_copy_s']:.1f} s | {r['idle_cores']:.3f} "
+              f"({r.get('idle_cores_tree', math.nan):.3f}) | "
               f"{r['offset_log_bytes_per_batch_100_moved']:,} B | {r['sync_records_live']:,} in "
               f"{r['sync_read_s']:.1f} s, {r['sync_read_mib']:.0f} MiB | {r['peak_pss_mib']:,.0f} MiB "
               f"({r.get('peak_pss_over_12', 1.0):.2f}) | {cap('lan')} / {cap('wan')} | "
