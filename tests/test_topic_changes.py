@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -72,26 +73,26 @@ def test_a_batch_waits_only_for_the_remote_topics_it_moves_while_the_rest_are_ma
     changes = TopicChanges(link, FlowState(anchor_limit=100, anchor_spacing=10),
                            metrics.FlowMetrics(link.name, "alpha", "beta"), writes, lambda _: None, lambda _: None)
     monkeypatch.setattr(topic_changes, "AHEAD_PARTITIONS", 2)  # a topic a part
-    confirmed: list[list[str]] = []
+    made: list[list[str]] = []
     go_on = threading.Event()
-    confirm = admin_sync.confirm
+    ensure = admin_sync.ensure_remote_topics
 
-    def held_after_the_first_part(cluster: str, admin: Any, done: Any, timeout_s: Any = None) -> None:
-        if threading.current_thread().name.startswith("mirrorflow-create-ahead"):
-            if confirmed:
-                assert go_on.wait(60)
-            confirmed.append(sorted({c.topic for c in done}))
-        confirm(cluster, admin, done, timeout_s)
+    def held_after_the_first_part(flow: Any, source: Any, target: Any, partitions: Mapping[str, int]) -> Any:
+        if made:
+            assert go_on.wait(60)
+        made.append(sorted(partitions))
+        return ensure(flow, source, target, partitions)
 
-    monkeypatch.setattr(admin_sync, "confirm", held_after_the_first_part)
+    monkeypatch.setattr(admin_sync, "ensure_remote_topics", held_after_the_first_part)
     changes.create_ahead()
     starts = {(t, p): 0 for t in topics for p in range(2)}
     _, replicated = changes.prepare_batch({**starts, (topics[0], 1): 5}, starts)
     assert replicated == {topics[0]: 2}  # the others move nothing: left out while they are made
-    assert confirmed == [[f"alpha.{topics[0]}"]]
+    on_target = AdminClient({"bootstrap.servers": beta, **QUIET}).list_topics(timeout=10).topics
+    assert f"alpha.{topics[0]}" in on_target and f"alpha.{topics[2]}" not in on_target
     go_on.set()
     flow_topics, replicated = changes.prepare_batch({**starts, (topics[2], 0): 3}, starts)
     assert flow_topics == set(topics) and replicated == {t: 2 for t in topics}
-    assert confirmed == [[f"alpha.{t}"] for t in topics]  # all asked for at once, confirmed in topic order
+    assert made == [[topics[0]], [topics[1]], [topics[2]]]
     on_target = AdminClient({"bootstrap.servers": beta, **QUIET}).list_topics(timeout=10).topics
     assert all(len(on_target[f"alpha.{t}"].partitions) == 2 for t in topics)

@@ -29,10 +29,9 @@ from mirrorflow.status import metrics
 
 log = logging.getLogger(__name__)
 
-# create_ahead asks for every fresh remote topic at once, in topic order, and confirms them this many partitions at
-# a time in that order: a backlog over more partitions than a batch moves is copied a turn at a time in that order
-# (rules/batch_plan P6), so the first batch waits for its own topics only (24,000 new partitions took the target here
-# about 90 s; made and confirmed a part at a time, 5 parts of 12,000 took 9 s longer than all at once).
+# create_ahead makes fresh remote topics this many partitions at a time, in (topic) order: a backlog over more
+# partitions than a batch moves is copied a turn at a time in that order (rules/batch_plan P6), so the first batch
+# waits for its own topics only (24,000 new partitions took the target here about 90 s).
 AHEAD_PARTITIONS = batch_plan.PARTITIONS_MAX
 
 
@@ -112,9 +111,8 @@ class TopicChanges:
         """Before the first batch: the remote topics created or grown, so that the target makes their partitions
         while Spark starts (1,200 new ones took 22 s of a first batch; 24,000 take the target here about 90 s).
         Topics the flow has written to are looked at here (a hold writes offset syncs); the ones it never wrote to
-        are created in a thread of its own, all asked for at once and confirmed AHEAD_PARTITIONS at a time in topic
-        order; it writes nothing but `ready` and `pending`, and a batch waits for it only as far as the topics it
-        moves. What fails, the
+        are created in a thread of its own, AHEAD_PARTITIONS at a time in topic order, which writes nothing but
+        `ready` and `pending`, and which a batch waits for only as far as the topics it moves. What fails, the
         batches try again and report."""
         def not_ahead(exc: Exception) -> None:
             log.warning("flow %s: remote topics not created before the batches that need them (%s); they create "
@@ -132,12 +130,8 @@ class TopicChanges:
 
         def create() -> None:
             try:
-                asked = admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin,
-                                                        fresh, confirmed=False)
                 for part in _parts(fresh, AHEAD_PARTITIONS):
-                    remotes = {self.flow.policy.remote_topic(self.flow.source, t) for t in part}
-                    admin_sync.confirm(self.flow.target, self.link.target_admin,
-                                       [c for c in asked if getattr(c, "topic", None) in remotes])
+                    admin_sync.ensure_remote_topics(self.flow, self.link.source_admin, self.link.target_admin, part)
                     with self.made:
                         self.ready.update(part)
                         self.pending -= part.keys()

@@ -194,9 +194,9 @@ def batches(items: Sequence[Item], size: Callable[[Item], int], limit: int) -> l
     return out
 
 
-def apply(cluster: str, admin: AdminClient, changes: Sequence[Change], confirmed: bool = True) -> list[Change]:
+def apply(cluster: str, admin: AdminClient, changes: Sequence[Change]) -> list[Change]:
     """Make the plan's changes on the target cluster; the ones made (notices are not changes), once the cluster
-    shows them (`confirm`; not `confirmed`: at once, the caller confirms)."""
+    shows them (`confirm`)."""
     done: list[Change] = []
     creates = [c for c in changes if isinstance(c, CreateTopic)]
     for batch in batches(creates, lambda c: c.partitions, PARTITIONS_PER_REQUEST):
@@ -222,8 +222,7 @@ def apply(cluster: str, admin: AdminClient, changes: Sequence[Change], confirmed
     if acls:
         wait(admin.create_acls([_binding(c.acl) for c in acls]), f"cannot create ACL on {cluster}:")
         done += acls
-    if confirmed:
-        confirm(cluster, admin, done)
+    confirm(cluster, admin, done)
     return done
 
 
@@ -262,11 +261,11 @@ def confirm(cluster: str, admin: AdminClient, done: Sequence[Change], timeout_s:
         pause = min(pause * 2, 1.0)
 
 
-def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient, partitions: Mapping[str, int],
-                         confirmed: bool = True) -> list[Change]:
-    """Make every remote topic of these source topics exist with at least the source's partitions (not
-    `confirmed`: asked for, the caller confirms). Configs are read only of the source topics whose remote topic is
-    missing (a new one starts with them): a restart of a flow of 2,000 topics read every config of both sides."""
+def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient,
+                         partitions: Mapping[str, int]) -> list[Change]:
+    """Make every remote topic of these source topics exist with at least the source's partitions. Configs are read
+    only of the source topics whose remote topic is missing (a new one starts with them): a restart of a flow of
+    2,000 topics read every config of both sides."""
     remote = {t: flow.policy.remote_topic(flow.source, t) for t in partitions}
     target_state = snapshot(target, flow.target, set(remote.values()).__contains__, configs=lambda _: False)
     missing = {t for t, r in remote.items() if r not in target_state.topics}
@@ -274,7 +273,7 @@ def ensure_remote_topics(flow: Flow, source: AdminClient, target: AdminClient, p
                          target_state, parts=("topics",))
     for notice in (c for c in changes if isinstance(c, Notice)):
         log.warning("%s: %s", flow.name, notice.text)
-    done = apply(flow.target, target, changes, confirmed)
+    done = apply(flow.target, target, changes)
     for change in done:
         log.info("%s: %s", flow.name, change)
     return done
