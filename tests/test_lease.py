@@ -5,6 +5,7 @@ from __future__ import annotations
 from mirrorflow.kafka.flow_lease import (
     CONFIRMED_FOR_S,
     DELIVERY_TIMEOUT_MS,
+    FENCED_TAKEOVER_WAIT_S,
     TAKEOVER_WAIT_S,
     group_of,
     is_lease_group,
@@ -36,6 +37,10 @@ def test_a_rebalance_or_an_empty_group_is_no_confirmation() -> None:
 
 def test_a_takeover_waits_longer_than_a_confirmation_and_a_delivery_last() -> None:
     assert TAKEOVER_WAIT_S > CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS / 1000
+
+
+def test_a_takeover_of_transactional_writes_waits_longer_than_a_confirmation_lasts() -> None:
+    assert CONFIRMED_FOR_S < FENCED_TAKEOVER_WAIT_S < TAKEOVER_WAIT_S
 
 
 def test_a_flows_lease_group_is_recognised_so_runbooks_and_checkpoints_leave_it_alone() -> None:

@@ -25,6 +25,7 @@ from mirrorflow.jobs.audit_report import AuditReport, PartitionAudit
 from mirrorflow.jobs.ranges import Window
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model.config import Flow
+from mirrorflow.rules.policy import is_heartbeats_topic
 from mirrorflow.spark import spark_session
 
 
@@ -36,6 +37,9 @@ def run(link: FlowLink, *, topics: str | None = None, window: Window = ranges.EV
     begun = time.monotonic()
     # A scheduled audit of a flow whose source has no topic to mirror yet (a standby flow) has nothing to compare.
     planned = ranges.plan(link, topics=topics, window=window, allow_empty=topics is None, heartbeats=True)
+    # A heartbeats topic with nothing in the window is no partition to audit (a standby flow's source holds the
+    # active flow's heartbeats topic: that alone is still nothing to audit).
+    planned = [r for r in planned if r.size > 0 or not is_heartbeats_topic(flow.policy, r.topic)]
     if not planned:
         return AuditReport(flow.name, flow.source, flow.target, window.label(), link.exactly_once,
                            (), time.monotonic() - begun, mode="nothing")

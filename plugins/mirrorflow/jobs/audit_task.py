@@ -5,12 +5,14 @@ and compares them there (jobs/audit_tally). Only one PartitionAudit per range re
   R1  A source range [start, end) is read until a record at or past `end`, or an end-of-partition event at or past
       it (a range ending in transaction markers has no record to wait for), with the flow's isolation level.
   R2  A remote partition is read read_committed from the range's target floor to its end when the read begins
-      (its first end-of-partition event): the copy of every record the flow's offset syncs say it has read was
-      committed before the audit planned the range, so none of them can come later.
+      (its high watermark then, or an end-of-partition event where the last stable offset is below it): the copy
+      of every record the flow's offset syncs say it has read was committed before the audit planned the range,
+      so none of them can come later.
   R3  A copy is attributed by its last provenance header from the flow's source; that header is this hop's only when
       it is the last one, and then it is left out of the copy's headers (a copy with anything after it differs).
       Copies of other topics are not the range's; copies of another partition of the topic are counted unexpected.
-  R4  Records deleted on either side while they are read are not there: a read resumes at the log start.
+  R4  Records deleted on either side while they are read are not there: a read resumes at the log start (a log
+      that now ends before the read's next offset fails the task: truncated or re-created since the plan).
   R5  A read that brings nothing for STALL_S fails the task (Spark tries it again), naming the partition.
 Bound: a task holds the arrays of at most SPAN_MAX source offsets of one range at a time (48 bytes a record on each
 side); a longer range is compared a span at a time, its remote partition read once a span.
@@ -178,39 +180,46 @@ def _hashes(blobs: list[bytes | None]) -> np.ndarray:
 
 def _read(consumer: Consumer, topic: str, partition: int, start: int, end: int | None, cluster: str
           ) -> Iterator[list[Message]]:
-    """The records of [start, end) (R1), or from `start` to the partition's end as the read finds it (R2), in
-    runs of at most _CONSUME_MAX."""
+    """The records of [start, end) (R1), or from `start` to the partition's end when the read begins (R2), in runs
+    of at most _CONSUME_MAX."""
     tp = TopicPartition(topic, partition, start)
     consumer.assign([tp])
     try:
-        if end is not None and start >= end:
+        if end is None:
+            end = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10, cached=False)[1]
+        if start >= end:
             return
+        at = start  # the next offset to come
         last = time.monotonic()
         while True:
             ms = consumer.consume(_CONSUME_MAX, 1.0)
-            if not ms:
-                if time.monotonic() - last > STALL_S:
-                    raise RetryableError(f"{cluster} {topic}-{partition}: nothing read for {STALL_S:.0f} s from "
-                                         f"offset {start} on (the audit task is tried again)")
-                continue
-            last = time.monotonic()
+            if time.monotonic() - last > STALL_S:
+                raise RetryableError(f"{cluster} {topic}-{partition}: nothing read for {STALL_S:.0f} s from offset "
+                                     f"{at} on (the audit task is tried again)")
             records = []
             done = False
             for m in ms:
                 if m.topic() != topic or m.partition() != partition:
-                    continue  # an event of a partition read before
+                    continue  # a client's event, or one of a partition read before
                 err = m.error()
                 if err is None:
-                    if end is not None and (m.offset() or 0) >= end:
+                    last = time.monotonic()
+                    at = (m.offset() or 0) + 1
+                    if at > end:
                         done = True
                         break
                     records.append(m)
                 elif err.code() == KafkaError._PARTITION_EOF:
-                    done = end is None or (m.offset() or 0) >= end
+                    last = time.monotonic()
+                    done = (m.offset() or 0) >= end or m.offset() == at  # at the end, or as far as the log goes
                     if done:
                         break
                 elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
                     low, _ = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                    if low <= at:  # not deleted below it: the log ends before it (truncated, re-created)
+                        raise RetryableError(f"{cluster} {topic}-{partition}: offset {at} is past the log's end "
+                                             "(truncated or re-created since the audit was planned)")
+                    at = low
                     consumer.seek(TopicPartition(topic, partition, low))  # R4
                 else:
                     raise KafkaException(err)

@@ -192,19 +192,23 @@ class _Driver:
             log.info("flow %s: Python workers not started ahead of the first batch: %s", self.flow.name, exc)
 
     def _take_over(self, fresh: bool) -> None:
-        """With the lease just held (at start, or regained): fence the previous holder's driver, read the flow's
-        state, wait out the previous holder's writes unless it stopped cleanly, there was none (`fresh`: the
-        offset-syncs topic was just created) or every write is transactional (W3), then fence the slots and load."""
+        """With the lease just held (at start, or regained): unless the previous holder stopped cleanly or there
+        was none (`fresh`: the offset-syncs topic was just created), wait out its writes (W3), then fence and load."""
         assert self.lease is not None
-        self.writes.take_over()  # W4: the previous holder's driver writes nothing more, so its state read is whole
         syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
         clean = fresh or syncs.release is not None
         self.lease.wait_out_previous_writer(clean, fenced=self.link.transactional)
+        self.writes.take_over()  # W4: the previous holder's driver writes nothing more
         if syncs.release is not None:
             self.writes.write([Release(None)])  # a crash of this instance must not look clean to the next one
         self.writer_slots = syncs.writers.slots if syncs.writers is not None else None
         self._fence(upgraded=self.link.exactly_once and syncs.writers is None and not fresh)
-        self._load_syncs(syncs if clean else None)
+        if not clean:  # read again now that every id is fenced: the state is whole
+            syncs = offset_sync_log.read(self.link.settings("target", "consumer"), self.link.syncs_topic)
+            if syncs.writers is not None and syncs.writers.slots > (self.writer_slots or 0):
+                self.writer_slots = syncs.writers.slots  # slots the previous holder recorded after the first read
+                self._fence()
+        self._load_syncs(syncs)
 
     def _fence(self, upgraded: bool = False) -> None:
         """Fence every transactional id of the flow's task slots (at start, after the lease was

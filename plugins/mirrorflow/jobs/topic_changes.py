@@ -145,7 +145,11 @@ class TopicChanges:
 
         if fresh:
             self.pending = set(fresh)
-            threading.Thread(target=create, name=f"mirrorflow-create-ahead-{self.flow.name}", daemon=True).start()
+            try:
+                threading.Thread(target=create, name=f"mirrorflow-create-ahead-{self.flow.name}", daemon=True).start()
+            except RuntimeError as exc:  # no thread to be had: the batches create them
+                self.pending = set()
+                not_ahead(exc)
 
     def _after_ahead(self, wanted: AbstractSet[str]) -> set[str]:
         """Wait until create_ahead's thread has made the remote topics of `wanted` (or ended); the topics it has

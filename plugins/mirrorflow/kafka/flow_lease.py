@@ -14,16 +14,18 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
       driver before its writes and before it initialises transactional ids.
   W2  Every producer of the flow bounds delivery: a record not sent within DELIVERY_TIMEOUT_MS of being
       handed over fails instead (librdkafka expires it, before sending, on its first scan after a pause).
-  W3  An instance that takes the lease over from one that did not stop cleanly, in a flow whose records are
-      idempotent (not fenced: W4), waits TAKEOVER_WAIT_S > CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS before it
-      writes anything; where every write is transactional, W4's fencing stands in for the wait. A clean stop (no
+  W3  An instance that takes the lease over from one that did not stop cleanly waits before it initialises any
+      id or writes anything: FENCED_TAKEOVER_WAIT_S > CONFIRMED_FOR_S where every write of the flow is
+      transactional (the old holder's last confirmation has run out, so none of its processes initialises an id
+      after the new holder's fencing, W4, which stands in for the rest of the wait), TAKEOVER_WAIT_S >
+      CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS where records are idempotent (nothing fences them). A clean stop (no
       batch running, every write acknowledged) leaves a release record in the offset syncs.
   W4  Every offset sync and anchor (and every record, unless `mirrorflow.records.fenced = false`) is written
       in a transaction: of one transactional id per task slot (their number recorded in the offset syncs), or
-      of the driver's id. The new holder initialises the driver's id before it reads the flow's state (the task
-      slots' number included), then every slot's id, before it reads the positions or writes records: each id's
-      producer epoch is bumped, so the broker refuses every later write of the old holder's transactional
-      producers and aborts their open transactions. `reset` does the same (driver id: its own writes).
+      of the driver's id. The new holder initialises every one of them (after W3, before it reads the positions
+      or writes records), which bumps each id's producer epoch: the broker refuses every later write of the old
+      holder's transactional producers and aborts their open transactions. `reset` does the same (driver id:
+      its own writes).
   => The old holder's last confirmation precedes its removal from the group, which precedes the takeover;
      by W1 it hands nothing over after that confirmation; by W4 none of its offset syncs, anchors or
      transactional records lands after the new holder's fencing. So the new holder sees every position the
@@ -61,6 +63,7 @@ SESSION_TIMEOUT_MS = 15_000
 CONFIRMED_FOR_S = 1.0  # W1: how long a confirmation of the lease lets a writer hand records over
 DELIVERY_TIMEOUT_MS = 20_000  # W2: message.timeout.ms of every producer writing the flow's target
 TAKEOVER_WAIT_S = CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS / 1000 + 4.0  # W3, with a margin for clocks and I/O
+FENCED_TAKEOVER_WAIT_S = CONFIRMED_FOR_S + 2.0  # W3 where every write is transactional, with a margin
 
 
 class FlowLease:
@@ -107,17 +110,19 @@ class FlowLease:
         return self._consumer.memberid() if self._consumer is not None else None
 
     def wait_out_previous_writer(self, clean: bool, fenced: bool = False) -> None:
-        """W3: unless the previous holder stopped cleanly, or every write of the flow is `fenced` (W4), wait until
-        every write it had under way has landed or expired, serving the lease meanwhile."""
+        """W3: unless the previous holder stopped cleanly, wait until its last lease confirmation has run out (every
+        write of the flow `fenced`, W4) or until every write it had under way has landed or expired, serving the
+        lease meanwhile."""
         if clean:
             return
         if fenced:
-            log.info("flow %s: the previous instance did not stop cleanly: its transactional ids are fenced, so "
-                     "nothing it had under way lands from now on (no wait)", self.flow)
-            return
-        log.info("flow %s: the previous instance did not stop cleanly: waiting %.0f s until any write it had under "
-                 "way has landed or expired", self.flow, TAKEOVER_WAIT_S)
-        deadline = time.monotonic() + TAKEOVER_WAIT_S
+            log.info("flow %s: the previous instance did not stop cleanly: its transactional ids are fenced after "
+                     "%.0f s (its last lease confirmation has run out), so nothing it had under way lands after "
+                     "that", self.flow, FENCED_TAKEOVER_WAIT_S)
+        else:
+            log.info("flow %s: the previous instance did not stop cleanly: waiting %.0f s until any write it had "
+                     "under way has landed or expired", self.flow, TAKEOVER_WAIT_S)
+        deadline = time.monotonic() + (FENCED_TAKEOVER_WAIT_S if fenced else TAKEOVER_WAIT_S)
         while time.monotonic() < deadline:
             self.keep()
             time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
