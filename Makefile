@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test test-unit lint docs browser toxiproxy drill bench bench-batch bench-state bench-fence bench-eos bench-slice bench-scale stop clean
+.PHONY: setup demo test test-unit lint docs browser toxiproxy drill chaos bench bench-batch bench-state bench-fence bench-eos bench-slice bench-scale stop clean
 
 # The class archive local Spark sessions start from (once per JDK and jar set; spark/class_archive.py).
 setup: $(BIN)/mirrorflow
@@ -73,6 +73,12 @@ test-unit: setup
 # About 8 minutes; not part of `make test`.
 drill: setup
 	PYTHONPATH=tests $(BIN)/python -m support.dr_drill --seconds 30
+
+# Chaos: in every delivery mode, 20 SIGKILLs of a copying Python worker, the planner, the whole stream and a target
+# broker under steady traffic, then every record checked on the target; prints the table of docs/operations.md.
+# About 40 minutes; not part of `make test` (tests/test_chaos.py runs one kill of each kind).
+chaos: setup
+	PYTHONPATH=tests $(BIN)/python -m support.chaos --kills 20
 
 # MirrorMaker 2 vs mirrorflow in every mode (and with lz4, zstd; across a WAN through Toxiproxy) vs Kafka's perf
 # tools, one run (about 50 minutes, 11 of them idle spells; not part of `make test`).

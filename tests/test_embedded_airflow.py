@@ -231,15 +231,19 @@ def _finished_run(dag_id: str) -> dict[str, object] | None:
 
 
 def _log_levels(dag_id: str, run_id: str) -> dict[str, list[str]]:
-    """Each task's log lines at warning level or above, as `level: event`."""
+    """Each task's log lines at warning level or above, of every try (a task that retries once succeeds on its
+    second try: its first one's failure counts), as `try N: level: event`."""
     run = quote(run_id, safe="")
     _, tis = local_airflow.api("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances")
     found = {}
     for ti in tis["task_instances"]:
-        _, log = local_airflow.api(
-            "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{ti['task_id']}/logs/{max(1, ti['try_number'])}")
-        found[ti["task_id"]] = [f"{e.get('level')}: {e.get('event')}" for e in log.get("content", [])
-                                if isinstance(e, dict) and e.get("level") in ("warning", "error", "critical")]
+        found[ti["task_id"]] = []
+        for attempt in range(1, max(1, ti["try_number"]) + 1):
+            _, log = local_airflow.api(
+                "GET", f"/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{ti['task_id']}/logs/{attempt}")
+            found[ti["task_id"]] += [f"try {attempt}: {e.get('level')}: {e.get('event')}"
+                                     for e in log.get("content", [])
+                                     if isinstance(e, dict) and e.get("level") in ("warning", "error", "critical")]
     return found
 
 

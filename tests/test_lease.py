@@ -1,14 +1,22 @@
-"""The lease's verdict on a description of its group (flow_lease W1), pure."""
+"""The lease's verdict on a description of its group (flow_lease W1), pure; its host lock (L1) with real processes."""
 
 from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
 
 from mirrorflow.kafka.flow_lease import (
     CONFIRMED_FOR_S,
     DELIVERY_TIMEOUT_MS,
     FENCED_TAKEOVER_WAIT_S,
     TAKEOVER_WAIT_S,
+    HostLock,
     group_of,
+    host_instance_id,
     is_lease_group,
+    process_instance_id,
     verdict,
 )
 
@@ -46,3 +54,40 @@ def test_a_takeover_of_transactional_writes_waits_longer_than_a_confirmation_las
 def test_a_flows_lease_group_is_recognised_so_runbooks_and_checkpoints_leave_it_alone() -> None:
     assert is_lease_group(group_of("primary->backup"))
     assert not is_lease_group("orders-app") and not is_lease_group("mirrorflow-app")
+
+
+_HOLD = """
+import sys, time
+from mirrorflow.kafka.flow_lease import HostLock
+lock = HostLock.take(sys.argv[1])
+print("held" if lock is not None else "refused", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_host_lock_has_one_holder_and_is_let_go_when_its_process_is_killed() -> None:
+    key = f"test|{uuid.uuid4()}"
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, key], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        assert HostLock.take(key) is None  # a live process of this host holds it
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(10)
+        mine = HostLock.take(key)
+        assert mine is not None  # its holder is gone, however it died
+        second = subprocess.run([sys.executable, "-c", _HOLD.replace("time.sleep(60)", ""), key],
+                                capture_output=True, text=True, timeout=30)
+        assert second.stdout.strip() == "refused"
+        mine.release()
+        again = HostLock.take(key)
+        assert again is not None
+        again.release()
+    finally:
+        holder.kill()
+        holder.wait(10)
+        holder.stdout.close()  # type: ignore[union-attr]
+
+
+def test_only_the_host_locks_holder_joins_under_the_hosts_id() -> None:
+    assert host_instance_id() != process_instance_id()
+    assert process_instance_id().startswith(host_instance_id() + "/")

@@ -26,7 +26,6 @@ from support import ports
 from support.clusters import PORTS
 from support.streams import (
     QUIET,
-    SteadyProducer,
     StreamProcess,
     config_text,
     create_topic,
@@ -210,21 +209,6 @@ def test_a_target_outage_stalls_the_flow_and_it_resumes_without_loss(
     source_ends = end_offsets(ALPHA, "m1.outage")
     for partition, offsets in enumerate(mirrored_offsets(BETA, "alpha.m1.outage", 3, committed=True)):
         assert set(offsets) == set(range(source_ends[partition])), partition
-
-
-def test_kill_9_at_random_points_loses_nothing(mirror: StreamProcess) -> None:
-    create_topic(ALPHA, "m1.crash", 4)
-    rng = random.Random(7)
-    with SteadyProducer(ALPHA, "m1.crash", 4, keyed=True):
-        for _ in range(3):
-            wait_for(lambda: sum(end_offsets(BETA, "alpha.m1.crash") or [0]) > 0, 240, "progress", mirror)
-            time.sleep(rng.uniform(3, 15))
-            mirror.kill9()
-            mirror.start()
-    source_ends = end_offsets(ALPHA, "m1.crash")
-    wait_for(lambda: all(set(range(n)) <= set(got) for n, got in
-                         zip(source_ends, mirrored_offsets(BETA, "alpha.m1.crash", 4, committed=True), strict=True)),
-             300, "every record after three crashes", mirror)
 
 
 def test_a_graceful_stop_exits_zero(mirror: StreamProcess) -> None:

@@ -34,6 +34,7 @@ from support.streams import (
     config_text,
     create_topic,
     end_offsets,
+    fenced_writes,
     origin,
     producer,
     read_partition,
@@ -388,8 +389,14 @@ def _positions(topic: str, tp: tuple[str, int]) -> list[int]:
 BACKLOG = 600_000
 
 
-def _fast_produce(topic: str, n: int, tag: str) -> None:
-    p = producer(ALPHA, **{"batch.size": 1_000_000, "linger.ms": 20})
+def _fast_produce(topic: str, n: int, tag: str, transactional: bool = False) -> None:
+    """`n` records into partition 0; `transactional`: in transactions of 50,000, each followed by an aborted one of
+    10 records that no reader of the flow may see."""
+    settings = {"batch.size": 1_000_000, "linger.ms": 20}
+    p = producer(ALPHA, **settings, **({"transactional.id": f"frozen-{topic}"} if transactional else {}))
+    if transactional:
+        p.init_transactions(30)
+        p.begin_transaction()
     for i in range(n):
         while True:
             try:
@@ -397,6 +404,14 @@ def _fast_produce(topic: str, n: int, tag: str) -> None:
                 break
             except BufferError:
                 p.poll(0.1)
+        if transactional and (i % 50_000 == 49_999 or i == n - 1):
+            p.commit_transaction(60)
+            p.begin_transaction()
+            for j in range(10):
+                p.produce(topic, f"{tag}-aborted-{i}-{j}".encode(), partition=0)
+            p.abort_transaction(60)
+            if i < n - 1:
+                p.begin_transaction()
     assert p.flush(60) == 0
 
 
@@ -436,7 +451,7 @@ def _payload(message: Any) -> int:
 # and the writer hands up to 63 more records over before its next lease check.
 _LATE_PAYLOAD_BOUND = 2 * 1_048_576
 _FROZEN_MODES = {  # mode -> (source alias, target alias, flow settings)
-    "at-least-once": ("icy", "thaw", ""),
+    "at-least-once, transactional source": ("icy", "thaw", "{source}.consumer.isolation.level = read_committed\n"),
     "at-least-once-idempotent": ("ici", "thai", "mirrorflow.records.fenced = false\n"),
     "exactly-once": ("ice", "tea", "{target}.exactly.once.source.support = enabled\n"),
 }
@@ -447,9 +462,11 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
         stream_clusters: config.MirrorConfig, tmp_path: Path, mode: str) -> None:
     source, target, settings = _FROZEN_MODES[mode]
     fenced = mode != "at-least-once-idempotent"  # its records commit in transactions of the task slots' ids
+    transactional_source = "transactional source" in mode
     flow = f"{source}->{target}"
     topic = f"frozen.{source}"
-    extra = f"topics = {topic}\nmirrorflow.stream.max.records.per.batch = 100000\n" + settings.format(target=target)
+    extra = (f"topics = {topic}\nmirrorflow.stream.max.records.per.batch = 100000\n"
+             + settings.format(source=source, target=target))
     cfg = tmp_path / "mirror.properties"
     cfg.write_text(config_text((source, target), (PORTS["alpha"], PORTS["beta"]), [flow], extra))
     remote, syncs = f"{source}.{topic}", offset_syncs.topic_name(source)
@@ -460,7 +477,7 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
     try:
         wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [100], 240, "the first records", first)
         # Micro-batches of 100,000; produced meanwhile, so that the check below sees the first batches under way.
-        backlog = threading.Thread(target=_fast_produce, args=(topic, BACKLOG, "backlog"))
+        backlog = threading.Thread(target=_fast_produce, args=(topic, BACKLOG, "backlog", transactional_source))
         backlog.start()
         # Frozen mid-batch: 1,000 records at least already on the target beyond the flow's position (else again).
         for _ in range(20):
@@ -479,7 +496,8 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
             print(f"frozen with {under_way(remote, syncs, topic)} records of a batch on the target")
             assert under_way(remote, syncs, topic) > 1_000  # the premise: a batch under way
             second.start()  # its lease waits out the frozen instance's session, then its writes if unfenced (W3)
-            wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [BACKLOG + 100], 300,
+            backlog_end = end_offsets(ALPHA, topic)[0]
+            wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [backlog_end], 300,
                      "the second instance's copies", second)
             assert len(read_partition(BETA, remote, 0, committed=True)) > frozen_with  # not only an abort marker
             assert ("did not stop cleanly: waiting" in second.output()) is not fenced  # W3: fenced, or a wait
@@ -490,31 +508,35 @@ def test_a_frozen_instance_is_fenced_once_another_takes_its_lease_over(
         assert first.proc is not None and first.proc.returncode == 1, first.output()[-3000:]
         assert "another instance" in first.output(), first.output()[-3000:]
         _produce(topic, 1, 20, "after")
-        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == [BACKLOG + 120], 120,
+        wait_for(lambda: _positions(syncs, (topic, 0))[-1:] == end_offsets(ALPHA, topic), 120,
                  "records after the resumed one stopped", second)
-        assert second.alive() and "fenced:" not in second.output(), second.output()[-3000:]
+        assert second.alive() and fenced_writes(second.output()) == [], second.output()[-3000:]
         # Records fenced: nothing the frozen instance had under way landed after the takeover, not even aborted
         # (the log as a read_uncommitted reader sees it), and a read_committed reader sees every record once, in
         # order. Idempotent records: at most the requests its producer had built. Positions never go back (all).
+        # The source's records as the flow reads them (a transactional source: committed ones, markers between).
+        source_offsets = [m.offset() for m in read_partition(ALPHA, topic, 0, committed=True)]
+        assert len(source_offsets) == BACKLOG + 120
+        last_backlog = source_offsets[BACKLOG + 99]
         copies = read_partition(BETA, remote, 0, committed=False)
         offsets = [origin(m).offset for m in copies]
         replays = _replays(offsets)
         # What the frozen instance landed after resuming: between the second's copy of the last backlog record
         # (written before the resume) and the first record produced after the first instance stopped.
-        after = next(i for i, o in enumerate(offsets) if o >= BACKLOG + 100)
-        late = copies[offsets.index(BACKLOG + 99, replays[0] if replays else 0) + 1:after]
+        after = next(i for i, o in enumerate(offsets) if o > last_backlog)
+        late = copies[offsets.index(last_backlog, replays[0] if replays else 0) + 1:after]
         print(f"frozen, {mode}: {len(late)} records ({sum(map(_payload, late))} bytes) landed after the takeover; "
               f"start-overs {replays}")
         if fenced:
             assert not late, (len(late), replays)
             committed = [origin(m).offset for m in read_partition(BETA, remote, 0, committed=True)]
-            assert committed == list(range(BACKLOG + 120)), _replays(committed)
+            assert committed == source_offsets, _replays(committed)
         else:
             assert replays, "the second instance did not write the first's unfinished batch again"
             assert sum(map(_payload, late[63:])) <= _LATE_PAYLOAD_BOUND, (len(late), replays)
-        assert set(offsets) == set(range(BACKLOG + 120))
+        assert set(offsets) == set(source_offsets)  # no aborted source record, not even in an aborted copy
         positions = _positions(syncs, (topic, 0))
-        assert positions == sorted(positions) and positions[-1] == BACKLOG + 120, positions[-20:]
+        assert positions == sorted(positions) and positions[-1:] == end_offsets(ALPHA, topic), positions[-20:]
         assert second.stop() == 0
     finally:
         for stream in (first, second):

@@ -27,6 +27,9 @@ DRILL_NODES = 3
 DRILL_SOURCE = tuple(25600 + 2 * n for n in range(DRILL_NODES))
 DRILL_TARGET = tuple(25700 + 2 * n for n in range(DRILL_NODES))
 TOXIPROXY_API = 25474
+# The chaos run (support.chaos, tests/test_chaos.py): a source broker and a three-broker target.
+CHAOS_SOURCE = 25540
+CHAOS_TARGET = (25550, 25552, 25554)
 # make drill (support.dr_drill): primary and backup, three brokers each.
 DR_PRIMARY, DR_BACKUP = (25800, 25802, 25804), (25900, 25902, 25904)
 # Other servers: metrics endpoints of one stream each, the embedded Airflow, a Spark standalone master.
@@ -47,7 +50,7 @@ def brokers(offset: int = LANE_OFFSET) -> dict[str, tuple[int, ...]]:
     return {"shared": (ALPHA + moved, BETA + moved, GAMMA + moved), "beta's second": (BETA_SECOND_BROKER,),
             "delta": (DELTA,), "secure": (SECURE_LOCAL,),
             "quorum": QUORUM, "tls": (SIGMA + moved, TAU + moved), "drill": DRILL_SOURCE + DRILL_TARGET,
-            "dr": DR_PRIMARY + DR_BACKUP}
+            "dr": DR_PRIMARY + DR_BACKUP, "chaos": (CHAOS_SOURCE, *CHAOS_TARGET)}
 
 
 def servers() -> dict[str, tuple[int, ...]]:

@@ -210,6 +210,15 @@ def without_provenance(headers: list[tuple[str, bytes | None]] | None) -> list[t
     return [(k, v) for k, v in headers or [] if k != HEADER]
 
 
+FENCED_TEXTS = ("fenced: another writer initialised", "transactional producer was fenced by another")
+
+
+def fenced_writes(output: str) -> list[str]:
+    """The lines of a stream's output that say one of its writers was fenced (stream_writer: a producer of the
+    task, or one a worker kept from an earlier batch)."""
+    return [line for line in output.splitlines() if any(t in line for t in FENCED_TEXTS)]
+
+
 def wait_for(check: Callable[[], bool], timeout: float, what: str, stream: StreamProcess | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

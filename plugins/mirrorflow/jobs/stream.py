@@ -40,7 +40,7 @@ import signal
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +115,29 @@ def run(link: FlowLink, options: StreamOptions = StreamOptions()) -> None:
         driver.close()
 
 
+class _Background:
+    """A call run in a thread of its own; `result` waits for it and returns or raises what it did."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self._call = call
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="mirrorflow-spark-start", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._call()
+        except BaseException as exc:  # handed to whoever waits for the result
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
 class _Driver:
     def __init__(self, link: FlowLink, options: StreamOptions) -> None:
         self.link, self.flow, self.options = link, link.flow, options
@@ -161,6 +184,10 @@ class _Driver:
         self.stop_watch.start()
         self.lease = self.link.lease()
         self.lease.acquire()
+        # The JVM starts while the take-over waits out the previous holder and fences it (W3, W4): a restart after
+        # a crash copies again a Spark start-up sooner.
+        building = _Background(lambda: spark_session.build(f"mirrorflow {self.flow.name}", self.settings.spark_master,
+                                                           self.settings.driver_memory, records_in_jvm=False))
         self._take_over(fresh=created)
         self.topics.create_ahead()
         self.metrics.observe_source_ends({})
@@ -175,8 +202,7 @@ class _Driver:
             except OSError as exc:  # the mirror matters more than its metrics: say so loudly and go on
                 log.error("flow %s: cannot serve metrics on %s:%s (%s); mirroring without them",
                           self.flow.name, host, port, exc)
-        self.spark = spark_session.build(f"mirrorflow {self.flow.name}", self.settings.spark_master,
-                                         self.settings.driver_memory, records_in_jvm=False)
+        self.spark = building.result()
         self.checkpoint.spark = self.spark
         self.metrics.spark_ui = self.spark.sparkContext.uiWebUrl
         threading.Thread(target=self._warm_workers, name="mirrorflow-warm-workers", daemon=True).start()

@@ -4,7 +4,20 @@ The stream of flow A->B joins group `mirrorflow:A->B`, subscribed to the flow's 
 offset-syncs topic: only one member can be assigned that partition, so a second instance finds it
 taken and stops with a clear error, and an instance that loses the partition (its session expired)
 stops writing. Kafka's own fencing of transactional producers holds underneath (W4).
-A crashed instance's membership expires after the session timeout, so a restart waits at most that.
+A crashed instance's membership expires after the session timeout, so a restart waits at most that, unless it
+restarts on the same host: see L1.
+
+Taking the lease over from an instance that is gone.
+  L1  A member of the lease group joins under a static id (KIP-345 group.instance.id): the host's own id only while
+      its process holds the host's lock for the flow (an exclusive flock the kernel lets go when the process dies,
+      however it dies), its host and process id otherwise. So a member listed under the host's id that is not this
+      process's own belongs to a process that is gone: the coordinator replaces it the moment this one joins, with
+      no session timeout to wait for. A member of another host, or of a live process of this one (frozen, or a
+      second instance: it holds the lock), is waited for until its session expires, as before.
+  L2  An instance that stops (cleanly or not, while its process still runs) says so by committing, on the lease's
+      partition, metadata naming its member id: a static member stays listed until its session expires, and a
+      member that said it left holds nothing (`holders`), though a later instance of another host still waits
+      for its session.
 
 Fencing: at most one instance writes a flow's target at a time, enforced where the writes happen.
   W1  Every write to the target (records, offset syncs, anchors) is handed to a producer only while the
@@ -44,13 +57,20 @@ Fencing: at most one instance writes a flow's target at a time, enforced where t
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import hashlib
 import logging
+import os
+import socket
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from mirrorflow.errors import OperationalError
@@ -73,6 +93,8 @@ class FlowLease:
         self.group = group_of(flow)
         self._consumer_settings, self._admin_settings = consumer_settings, admin_settings
         self._consumer: Consumer | None = None
+        self._host_lock: HostLock | None = None
+        self.instance_id: str | None = None  # L1: the static id this instance joins under
         self.held = False
         self.lost = False
         # This instance's member ids so far (a new one after each lost session), newest last; bounded. After a
@@ -81,9 +103,16 @@ class FlowLease:
 
     def acquire(self, wait_s: float = 2 * SESSION_TIMEOUT_MS / 1000) -> None:
         """Join the flow's group and hold its partition, or raise if another live instance holds it."""
-        self._wait_for_departed_members(wait_s)
+        self._host_lock = HostLock.take(f"{self._cluster_id()}|{self.group}")
+        self.instance_id = host_instance_id() if self._host_lock is not None else process_instance_id()
+        try:
+            self._wait_for_departed_members(wait_s)
+        except BaseException:
+            self.release()
+            raise
         consumer = Consumer({**self._consumer_settings, "group.id": self.group, "enable.auto.commit": False,
                              "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
+                             "group.instance.id": self.instance_id,  # L1
                              # Sticky and incremental: a member that joins (an instance that lost its session and
                              # rejoins on resuming) never takes the partition from the member holding it.
                              "partition.assignment.strategy": "cooperative-sticky"})
@@ -130,7 +159,12 @@ class FlowLease:
     def keep(self) -> bool:
         """Serve the group protocol; False once the lease is lost (until `regain`)."""
         if self._consumer is not None and not self.lost:
-            self._consumer.poll(0)
+            event = self._consumer.poll(0)
+            error = event.error() if event is not None else None
+            if error is not None and error.fatal():
+                # L1: another process joined under this instance's static id (a host whose lock does not hold)
+                self.held, self.lost = False, True
+                log.error("flow %s: lease lost (group %s): %s", self.flow, self.group, error.str())
         return self.held and not self.lost
 
     def regain(self) -> None:
@@ -163,12 +197,18 @@ class FlowLease:
 
     def release(self) -> None:
         consumer, self._consumer = self._consumer, None
-        self.held = False
         if consumer is not None:
             try:
+                if self.held and not self.lost:  # L2: a static member stays listed after it closes
+                    consumer.commit(offsets=[TopicPartition(self.topic, 0, 0, metadata=f"{LEFT}{consumer.memberid()}")],
+                                    asynchronous=False)
                 consumer.close()
             except KafkaException as exc:  # leaving the group early is best effort; expiry frees it too
                 log.debug("flow %s: closing the lease consumer: %s", self.flow, exc)
+        self.held = False
+        if self._host_lock is not None:
+            self._host_lock.release()
+            self._host_lock = None
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions:
@@ -183,11 +223,23 @@ class FlowLease:
             self.lost = True
             log.error("flow %s: lease lost (group %s rebalanced)", self.flow, self.group)
 
+    def _cluster_id(self) -> str:
+        """The target's cluster id (its bootstrap list if it does not say): however a host's instances name the
+        target's brokers, they take the same lock (L1)."""
+        try:
+            found = AdminClient(self._admin_settings).describe_cluster(request_timeout=10).result(timeout=15)
+            if found.cluster_id:
+                return str(found.cluster_id)
+        except (KafkaException, TimeoutError) as exc:
+            log.debug("flow %s: the target's cluster id: %s", self.flow, exc)
+        return str(self._consumer_settings.get("bootstrap.servers"))
+
     def _wait_for_departed_members(self, wait_s: float) -> None:
         admin = AdminClient(self._admin_settings)
         deadline = time.monotonic() + wait_s
         while True:
-            members = self._members(admin)
+            # L1: a member under this instance's id is a process that is gone (this one joins in its place)
+            members = [m for m in self._members(admin) if m.group_instance_id != self.instance_id]
             if not members:
                 return
             if time.monotonic() > deadline:
@@ -283,11 +335,31 @@ def is_lease_group(group: str) -> bool:
     return group.startswith(LEASE_GROUP_PREFIX)
 
 
+LEFT = "left "  # L2: the lease partition's committed metadata, before the member id of an instance that stopped
+
+
 def members(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> list[Any]:
-    """The members of the flow's lease group (none while no instance runs: a group that never existed is
-    described as empty). A group that cannot be described (a coordinator moving or loading, a target that does
-    not answer) is asked again until `timeout_s`, then an OperationalError: never read as "nobody holds it"."""
-    return describe(admin, flow, timeout_s).members
+    """The members of the flow's lease group that did not say they left (L2; none while no instance runs: a group
+    that never existed is described as empty). A group that cannot be described (a coordinator moving or loading, a
+    target that does not answer) is asked again until `timeout_s`, then an OperationalError: never read as "nobody
+    holds it"."""
+    listed = describe(admin, flow, timeout_s).members
+    if not listed:
+        return listed
+    gone = left(admin, flow, timeout_s)
+    return [m for m in listed if m.member_id != gone]
+
+
+def left(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> str | None:
+    """The member id of the last instance that said it left the lease (L2), if one did."""
+    group = group_of(flow)
+    try:
+        answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                   request_timeout=timeout_s)[group].result(timeout=timeout_s + 5)
+    except (KafkaException, TimeoutError):
+        return None  # then every listed member counts: waiting longer is safe, never taking over early
+    said = [tp.metadata for tp in answer.topic_partitions or [] if tp.metadata and tp.metadata.startswith(LEFT)]
+    return said[0][len(LEFT):] if said else None
 
 
 def describe(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> GroupDescription:
@@ -316,3 +388,46 @@ def describe(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> GroupDes
 def holders(admin: AdminClient, flow: str) -> list[str]:
     """The hosts of the instances of the flow that hold its lease now (at most one, by construction)."""
     return sorted(m.host for m in members(admin, flow) if m.assignment.topic_partitions)
+
+
+def host_instance_id() -> str:
+    """L1: the static id of the lease holder of this host (whichever process holds the host lock)."""
+    return f"mirrorflow@{socket.gethostname()}"
+
+
+def process_instance_id() -> str:
+    """L1: the static id of a process of this host that could not take the host lock."""
+    return f"mirrorflow@{socket.gethostname()}/{os.getpid()}"
+
+
+class HostLock:
+    """L1: an exclusive flock, for as long as this process runs, on a file of the host's temporary directory named
+    by the flow's target and group. Bounded: one open file per lease held."""
+
+    DIRECTORY = Path(tempfile.gettempdir()) / "mirrorflow-leases"
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+
+    @classmethod
+    def take(cls, key: str) -> HostLock | None:
+        """The lock, or None while another live process of this host holds it."""
+        cls.DIRECTORY.mkdir(mode=0o1777, parents=True, exist_ok=True)
+        path = cls.DIRECTORY / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.lock"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            log.warning("lease lock %s cannot be opened (%s): a restart waits for the session to expire", path, exc)
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return cls(fd)
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
