@@ -409,6 +409,7 @@ def _fast_produce(topic: str, n: int, tag: str, transactional: bool = False) -> 
             p.begin_transaction()
             for j in range(10):
                 p.produce(topic, f"{tag}-aborted-{i}-{j}".encode(), partition=0)
+            assert p.flush(60) == 0  # in the log, then aborted: a reader must skip them
             p.abort_transaction(60)
             if i < n - 1:
                 p.begin_transaction()
