@@ -68,7 +68,7 @@ class ModeRun:
     out_of_order: int = 0  # partitions whose first copies are not in source order
     duplicates: int = 0  # target records that repeat an earlier copy
     unexpected: int = 0  # copies of no committed source record (an aborted transaction's)
-    unexpected_exits: int = 0  # stream exits after a kill that was not of the whole tree
+    unexpected_exits: int = 0  # stream exits after a kill of less than the tree (relaunched; shown, not a failure)
     graceful_stop: bool = False
 
     @property
@@ -89,8 +89,6 @@ class ModeRun:
             out.append(f"{self.out_of_order} partitions' first copies out of order")
         if self.mode == "exactly-once" and self.duplicates:
             out.append(f"{self.duplicates} duplicates under exactly-once")
-        if self.unexpected_exits:
-            out.append(f"the stream exited {self.unexpected_exits} times after a kill of less than its tree")
         if any(k.resumed_s is None for k in self.kills):
             out.append("no copy after a kill")
         if not self.graceful_stop:
@@ -379,12 +377,13 @@ def table(runs: list[ModeRun]) -> str:
     check."""
     lines = ["| mode | kills: worker / planner / tree / target broker | in flight | copying again, median (max) s: "
              "worker / planner / tree, from the relaunch / target broker | records | missing | first copies out of "
-             "order | duplicates | not committed on the source |", "|---|---|---|---|---|---|---|---|---|"]
+             "order | duplicates | not committed on the source | stream exits (relaunched) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         counts = " / ".join(str(sum(1 for k in r.kills if k.kind == kind)) for kind in KINDS)
         resumed = " / ".join(_spread([k.resumed_s for k in r.kills if k.kind == kind]) for kind in KINDS)
         lines.append(f"| {r.mode} | {len(r.kills)}: {counts} | {r.in_flight} | {resumed} | {r.records:,} | "
-                     f"{r.missing} | {r.out_of_order} | {r.duplicates} | {r.unexpected} |")
+                     f"{r.missing} | {r.out_of_order} | {r.duplicates} | {r.unexpected} | {r.unexpected_exits} |")
     return "\n".join(lines)
 
 

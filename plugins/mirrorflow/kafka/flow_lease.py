@@ -106,7 +106,7 @@ class FlowLease:
         self._host_lock = HostLock.take(f"{self._cluster_id()}|{self.group}")
         self.instance_id = host_instance_id() if self._host_lock is not None else process_instance_id()
         try:
-            self._wait_for_departed_members(wait_s)
+            lingering = self._wait_for_departed_members(wait_s)
         except BaseException:
             self.release()
             raise
@@ -119,7 +119,9 @@ class FlowLease:
         self._consumer = consumer
         consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked,
                            on_lost=self._revoked)
-        deadline = time.monotonic() + wait_s
+        # A member of another host that said it left (L2) is listed until its session expires, and the group
+        # assigns nothing before: the join waits that long at least.
+        deadline = time.monotonic() + max(wait_s, SESSION_TIMEOUT_MS / 1000 + 5 if lingering else 0)
         while not self.held and time.monotonic() < deadline:
             consumer.poll(0.2)
         if not self.held:
@@ -234,14 +236,18 @@ class FlowLease:
             log.debug("flow %s: the target's cluster id: %s", self.flow, exc)
         return str(self._consumer_settings.get("bootstrap.servers"))
 
-    def _wait_for_departed_members(self, wait_s: float) -> None:
+    def _wait_for_departed_members(self, wait_s: float) -> bool:
+        """Until every member of the lease group has left, or said it left (L2), or is this host's gone holder
+        (L1); raises after `wait_s`. Whether one that said it left, of another id, is still listed."""
         admin = AdminClient(self._admin_settings)
         deadline = time.monotonic() + wait_s
         while True:
+            listed = describe(admin, self.flow).members
+            gone = left(admin, self.flow) if listed else None
             # L1: a member under this instance's id is a process that is gone (this one joins in its place)
-            members = [m for m in self._members(admin) if m.group_instance_id != self.instance_id]
+            members = [m for m in listed if m.group_instance_id != self.instance_id and m.member_id != gone]
             if not members:
-                return
+                return any(m.member_id == gone and m.group_instance_id != self.instance_id for m in listed)
             if time.monotonic() > deadline:
                 hosts = ", ".join(sorted({m.host for m in members}))
                 raise OperationalError(f"flow {self.flow} is already running on {hosts} (consumer group "
