@@ -281,7 +281,7 @@ def _base_config(work: Path) -> config.MirrorConfig:
     return config.load(path)
 
 
-def _flow_config(work: Path, mode: str, source: str, target: str) -> Path:
+def _flow_config(work: Path, mode: str, source: str, target: str, topic: str) -> Path:
     path = work / f"{source}.properties"
     path.write_text(
         f"clusters = {source}, {target}\n"
@@ -289,7 +289,7 @@ def _flow_config(work: Path, mode: str, source: str, target: str) -> Path:
         f"{target}.bootstrap.servers = {','.join(f'127.0.0.1:{p}' for p in ports.CHAOS_TARGET)}\n"
         "replication.factor = 3\noffset-syncs.topic.replication.factor = 3\n"
         "refresh.topics.interval.seconds = 10\nemit.heartbeats.enabled = false\n"
-        f"{source}->{target}.enabled = true\n{source}->{target}.topics = chaos\\..*\n"
+        f"{source}->{target}.enabled = true\n{source}->{target}.topics = {topic.replace('.', '[.]')}\n"
         + MODES[mode].format(source=source, target=target))
     return path
 
@@ -304,8 +304,8 @@ def run_mode(mode: str, n: int, kills: int, base: config.MirrorConfig, work: Pat
     create_topic(source, topic, PARTITIONS)
     traffic = Traffic(source, topic, transactional=mode == "transactional source", rate=rate)
     traffic.backlog(backlog)
-    stream = StreamProcess(_flow_config(work, mode, source_alias, target_alias), f"{source_alias}->{target_alias}",
-                           work / source_alias)
+    flow = _flow_config(work, mode, source_alias, target_alias, topic)
+    stream = StreamProcess(flow, f"{source_alias}->{target_alias}", work / source_alias)
     out = ModeRun(mode)
     target = Target(target_bootstrap, remote)
     brokers = local.local_brokers(base, ["target"])

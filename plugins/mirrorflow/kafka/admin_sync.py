@@ -84,6 +84,11 @@ OFFSETS_PER_CALL = 250
 _MISSING = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION)
 
 
+# An answer without an error but without an offset either: seen for the partitions of a target broker just killed,
+# before their leaders moved. Not an end of -1001 (a remote topic truncated, to topic_changes): no answer.
+OFFSET_INVALID = -1001
+
+
 def offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]], spec: Any,
             isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED, *,
             available_within: float | None = None, missing_ok: bool = False) -> dict[tuple[str, int], int]:
@@ -114,7 +119,7 @@ def offsets(admin: AdminClient, alias: str, partitions: Sequence[tuple[str, int]
             answers = {tp: exc.args[0] if isinstance(exc, KafkaException) else None for tp in chunk}
         for tp in chunk:
             answer = answers.get(tp)
-            if answer is not None and not isinstance(answer, KafkaError):
+            if answer is not None and not isinstance(answer, KafkaError) and answer.offset != OFFSET_INVALID:
                 out[tp] = answer.offset
             elif missing_ok and isinstance(answer, KafkaError) and answer.code() in _MISSING:
                 continue
