@@ -75,7 +75,7 @@ drill: setup
 	PYTHONPATH=tests $(BIN)/python -m support.dr_drill --seconds 30
 
 # Chaos: in every delivery mode, 20 SIGKILLs of a copying Python worker, the planner, the whole stream and a target
-# broker under steady traffic, then every record checked on the target; prints the table of docs/operations.md.
+# broker under steady traffic, then every record checked on the target; prints the table of docs/guarantees.md.
 # About 40 minutes; not part of `make test` (tests/test_chaos.py runs one kill of each kind).
 chaos: setup
 	PYTHONPATH=tests $(BIN)/python -m support.chaos --kills 20

@@ -13,6 +13,7 @@ from support import chaos
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 
+@pytest.mark.timeout(1800)  # three modes, each a stream relaunched and a broker restarted
 def test_every_record_survives_kills_of_a_worker_the_planner_the_tree_and_a_target_broker_in_every_mode(
         cluster_env: dict[str, str], tmp_path: Path) -> None:
     kills = len(chaos.KINDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 from mirrorflow.kafka.flow_lease import (
@@ -14,9 +15,9 @@ from mirrorflow.kafka.flow_lease import (
     TAKEOVER_WAIT_S,
     HostLock,
     group_of,
-    host_instance_id,
     is_lease_group,
-    process_instance_id,
+    process_alive,
+    process_client_id,
     verdict,
 )
 
@@ -66,7 +67,7 @@ time.sleep(60)
 
 
 def test_the_host_lock_has_one_holder_and_is_let_go_when_its_process_is_killed() -> None:
-    key = f"test|{uuid.uuid4()}"
+    key, began = f"test|{uuid.uuid4()}", time.time() - 1
     holder = subprocess.Popen([sys.executable, "-c", _HOLD, key], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
@@ -83,11 +84,19 @@ def test_the_host_lock_has_one_holder_and_is_let_go_when_its_process_is_killed()
         assert again is not None
         again.release()
     finally:
+        for lock in HostLock.DIRECTORY.glob("*.lock"):
+            if lock.stat().st_mtime >= began:
+                lock.unlink(missing_ok=True)
         holder.kill()
         holder.wait(10)
         holder.stdout.close()  # type: ignore[union-attr]
 
 
-def test_only_the_host_locks_holder_joins_under_the_hosts_id() -> None:
-    assert host_instance_id() != process_instance_id()
-    assert process_instance_id().startswith(host_instance_id() + "/")
+def test_a_lease_members_client_id_says_whether_its_process_still_runs_on_this_host() -> None:
+    assert process_alive(process_client_id())
+    child = subprocess.run([sys.executable, "-c", "from mirrorflow.kafka.flow_lease import process_client_id; "
+                            "print(process_client_id())"], capture_output=True, text=True, timeout=30)
+    assert not process_alive(child.stdout.strip())  # exited
+    pid, ticks = process_client_id().rsplit("-", 2)[1:]
+    assert not process_alive(f"mirrorflow-lease-{pid}-{int(ticks) + 1}")  # a later process under the same pid
+    assert not process_alive("rdkafka") and not process_alive(None)

@@ -36,7 +36,7 @@ from mirrorflow.dev import local
 from mirrorflow.model import config
 
 from support import ports
-from support.streams import QUIET, StreamProcess, create_topic, mirrored_offsets, read_partition, wait_for
+from support.streams import QUIET, StreamProcess, create_topic, mirrored_offsets, origin, read_partition, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 MODES = {
@@ -68,6 +68,7 @@ class ModeRun:
     out_of_order: int = 0  # partitions whose first copies are not in source order
     duplicates: int = 0  # target records that repeat an earlier copy
     unexpected: int = 0  # copies of no committed source record (an aborted transaction's)
+    altered: int = 0  # copies whose key or value differs from their source record's
     unexpected_exits: int = 0  # stream exits after a kill of less than the tree (relaunched; shown, not a failure)
     graceful_stop: bool = False
 
@@ -83,6 +84,8 @@ class ModeRun:
             out.append(f"only {self.in_flight} of {len(self.kills)} kills landed with records in flight")
         if self.missing:
             out.append(f"{self.missing} records missing on the target")
+        if self.altered:
+            out.append(f"{self.altered} copies whose key or value differs from the source's")
         if self.unexpected:
             out.append(f"{self.unexpected} copies of no committed source record")
         if self.out_of_order:
@@ -121,7 +124,8 @@ class Traffic:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
         self.producer.flush(60)
 
     def _run(self) -> None:
@@ -187,7 +191,10 @@ class Target:
         asked = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in range(PARTITIONS)}
         try:
             answers = self.admin.list_offsets(asked, isolation_level=isolation, request_timeout=5)
-            return [answers[tp].result(timeout=6).offset for tp in asked]
+            found = [answers[tp].result(timeout=6).offset for tp in asked]
+            if any(o < 0 for o in found):  # a partition whose leader was just killed
+                return None
+            return found
         except (KafkaException, TimeoutError):
             # A broker just killed, a leader moving; a client that lost a broker may not answer again: a new one.
             self.admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
@@ -259,11 +266,22 @@ def _kill(kind: str, stream: StreamProcess, target_brokers: list[local.LocalBrok
         relaunched, killed, produced = True, time.monotonic(), traffic.sent
     elif kind == "target broker":  # back after a few seconds, while the flow goes on with the other two
         down_s = rng.uniform(2.0, 6.0)
-        restarting = threading.Thread(target=lambda: (time.sleep(down_s), local.up(base, ["target"])))
+        failed: list[BaseException] = []
+
+        def start_again() -> None:
+            time.sleep(down_s)
+            try:
+                local.up(base, ["target"])
+            except BaseException as exc:  # raised below: a broker not back would make later kills no kills
+                failed.append(exc)
+
+        restarting = threading.Thread(target=start_again)
         restarting.start()
     resumed = target.next_copy(killed, produced, 240, stream)
     if restarting is not None:
         restarting.join()
+        if failed:
+            raise failed[0]
     if not stream.alive():  # the stream gave up: a supervisor would launch it again
         stream.start()
         relaunched = True
@@ -300,7 +318,7 @@ def run_mode(mode: str, n: int, kills: int, base: config.MirrorConfig, work: Pat
     topic = f"chaos.{mode.replace(' ', '-')}"
     remote = f"{source_alias}.{topic}"
     source = f"127.0.0.1:{ports.CHAOS_SOURCE}"
-    target_bootstrap = f"127.0.0.1:{ports.CHAOS_TARGET[0]}"
+    target_bootstrap = ",".join(f"127.0.0.1:{p}" for p in ports.CHAOS_TARGET)  # any one of them may be down
     create_topic(source, topic, PARTITIONS)
     traffic = Traffic(source, topic, transactional=mode == "transactional source", rate=rate)
     traffic.backlog(backlog)
@@ -310,6 +328,17 @@ def run_mode(mode: str, n: int, kills: int, base: config.MirrorConfig, work: Pat
     target = Target(target_bootstrap, remote)
     brokers = local.local_brokers(base, ["target"])
     stream.start()
+    try:
+        _kills(out, stream, brokers, base, target, traffic, rng, mode, kills, kinds, log)
+        _check(out, source, topic, target_bootstrap, remote, stream)
+    finally:
+        out.graceful_stop = stream.stop() == 0
+    return out
+
+
+def _kills(out: ModeRun, stream: StreamProcess, brokers: list[local.LocalBroker], base: config.MirrorConfig,
+           target: Target, traffic: Traffic, rng: random.Random, mode: str, kills: int, kinds: tuple[str, ...],
+           log: bool) -> None:
     try:
         wait_for(lambda: sum(target.ends(IsolationLevel.READ_COMMITTED) or [0]) > 0, 240, "a first copy", stream)
         traffic.start()
@@ -330,29 +359,34 @@ def run_mode(mode: str, n: int, kills: int, base: config.MirrorConfig, work: Pat
                 break
     finally:
         traffic.stop()
-    try:
-        expected = [[m.offset() for m in read_partition(source, topic, p, committed=True)]
-                    for p in range(PARTITIONS)]
-        out.records = sum(map(len, expected))
 
-        def complete() -> bool:
-            got = mirrored_offsets(target_bootstrap, remote, PARTITIONS, committed=True)
-            return all(set(want) <= set(have) for want, have in zip(expected, got, strict=True))
 
-        with contextlib.suppress(AssertionError):
-            wait_for(complete, 300, "every record on the target", stream)
+def _check(out: ModeRun, source: str, topic: str, target_bootstrap: str, remote: str, stream: StreamProcess) -> None:
+    """Every committed source record on the target once the traffic stopped: first copies in source order, each
+    copy's key and value the source record's, none twice (counted), none of an aborted transaction."""
+    records = {p: {m.offset(): (m.key(), m.value()) for m in read_partition(source, topic, p, committed=True)}
+               for p in range(PARTITIONS)}
+    expected = [list(records[p]) for p in range(PARTITIONS)]
+    out.records = sum(map(len, expected))
+
+    def complete() -> bool:
         got = mirrored_offsets(target_bootstrap, remote, PARTITIONS, committed=True)
-        for want, have in zip(expected, got, strict=True):
-            firsts = list(dict.fromkeys(have))
-            wanted, copied = set(want), set(firsts)
-            out.missing += len(wanted - copied)
-            out.unexpected += len(copied - wanted)
-            out.duplicates += len(have) - len(firsts)
-            if [o for o in firsts if o in wanted] != [o for o in want if o in copied]:
-                out.out_of_order += 1
-    finally:
-        out.graceful_stop = stream.stop() == 0
-    return out
+        return all(set(want) <= set(have) for want, have in zip(expected, got, strict=True))
+
+    with contextlib.suppress(AssertionError):
+        wait_for(complete, 300, "every record on the target", stream)
+    copies = [read_partition(target_bootstrap, remote, p, committed=True) for p in range(PARTITIONS)]
+    out.altered = sum(1 for p in range(PARTITIONS) for m in copies[p]
+                      if records[p].get(origin(m).offset, (m.key(), m.value())) != (m.key(), m.value()))
+    got = [[origin(m).offset for m in copies[p]] for p in range(PARTITIONS)]
+    for want, have in zip(expected, got, strict=True):
+        firsts = list(dict.fromkeys(have))
+        wanted, copied = set(want), set(firsts)
+        out.missing += len(wanted - copied)
+        out.unexpected += len(copied - wanted)
+        out.duplicates += len(have) - len(firsts)
+        if [o for o in firsts if o in wanted] != [o for o in want if o in copied]:
+            out.out_of_order += 1
 
 
 def run(modes: list[str], kills: int, seed: int, *, backlog: int = 40_000, rate: int = 2_000,

@@ -94,6 +94,8 @@ class FlowLease:
         self._consumer_settings, self._admin_settings = consumer_settings, admin_settings
         self._consumer: Consumer | None = None
         self._host_lock: HostLock | None = None
+        self._fatal: str | None = None  # L1: another process joined under this instance's id
+        self._left_said = False  # L2: the commit saying this instance left was answered
         self.instance_id: str | None = None  # L1: the static id this instance joins under
         self.held = False
         self.lost = False
@@ -103,7 +105,8 @@ class FlowLease:
 
     def acquire(self, wait_s: float = 2 * SESSION_TIMEOUT_MS / 1000) -> None:
         """Join the flow's group and hold its partition, or raise if another live instance holds it."""
-        self._host_lock = HostLock.take(f"{self._cluster_id()}|{self.group}")
+        cluster = self._cluster_id()
+        self._host_lock = HostLock.take(f"{cluster}|{self.group}") if cluster is not None else None
         self.instance_id = host_instance_id() if self._host_lock is not None else process_instance_id()
         try:
             lingering = self._wait_for_departed_members(wait_s)
@@ -113,6 +116,8 @@ class FlowLease:
         consumer = Consumer({**self._consumer_settings, "group.id": self.group, "enable.auto.commit": False,
                              "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
                              "group.instance.id": self.instance_id,  # L1
+                             "client.id": process_client_id(),  # L1: which process of the host holds the id
+                             "on_commit": self._committed,
                              # Sticky and incremental: a member that joins (an instance that lost its session and
                              # rejoins on resuming) never takes the partition from the member holding it.
                              "partition.assignment.strategy": "cooperative-sticky"})
@@ -165,7 +170,7 @@ class FlowLease:
             error = event.error() if event is not None else None
             if error is not None and error.fatal():
                 # L1: another process joined under this instance's static id (a host whose lock does not hold)
-                self.held, self.lost = False, True
+                self.held, self.lost, self._fatal = False, True, error.str()
                 log.error("flow %s: lease lost (group %s): %s", self.flow, self.group, error.str())
         return self.held and not self.lost
 
@@ -179,6 +184,10 @@ class FlowLease:
         admin = AdminClient(self._admin_settings)
         next_check = time.monotonic() + 5
         while not self.held:
+            if self._fatal is not None:  # this consumer never joins again
+                raise OperationalError(f"flow {self.flow}: another process joined the lease group {self.group} under "
+                                       f"this instance's id ({self._fatal}); this one stops")
+            self.keep()
             consumer.poll(0.5)
             if self.held or time.monotonic() < next_check:
                 continue
@@ -202,15 +211,25 @@ class FlowLease:
         if consumer is not None:
             try:
                 if self.held and not self.lost:  # L2: a static member stays listed after it closes
-                    consumer.commit(offsets=[TopicPartition(self.topic, 0, 0, metadata=f"{LEFT}{consumer.memberid()}")],
-                                    asynchronous=False)
-                consumer.close()
-            except KafkaException as exc:  # leaving the group early is best effort; expiry frees it too
-                log.debug("flow %s: closing the lease consumer: %s", self.flow, exc)
+                    said = f"{LEFT}{consumer.memberid()}"
+                    consumer.commit(offsets=[TopicPartition(self.topic, 0, 0, metadata=said)], asynchronous=True)
+                    deadline = time.monotonic() + RELEASE_COMMIT_S  # bounded: a target down must not hold a stop
+                    while not self._left_said and time.monotonic() < deadline:
+                        consumer.poll(0.1)
+            except KafkaException as exc:  # saying so is best effort; the session's expiry frees it too
+                log.debug("flow %s: saying the lease is released: %s", self.flow, exc)
+            finally:
+                try:
+                    consumer.close()
+                except KafkaException as exc:
+                    log.debug("flow %s: closing the lease consumer: %s", self.flow, exc)
         self.held = False
         if self._host_lock is not None:
             self._host_lock.release()
             self._host_lock = None
+
+    def _committed(self, error: Any, _partitions: list[TopicPartition]) -> None:
+        self._left_said = self._left_said or error is None
 
     def _assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions:
@@ -225,16 +244,15 @@ class FlowLease:
             self.lost = True
             log.error("flow %s: lease lost (group %s rebalanced)", self.flow, self.group)
 
-    def _cluster_id(self) -> str:
-        """The target's cluster id (its bootstrap list if it does not say): however a host's instances name the
-        target's brokers, they take the same lock (L1)."""
+    def _cluster_id(self) -> str | None:
+        """The target's cluster id, so that however a host's instances name the target's brokers they take the same
+        lock (L1); None if the target does not say (then no host lock: the session is waited for)."""
         try:
             found = AdminClient(self._admin_settings).describe_cluster(request_timeout=10).result(timeout=15)
-            if found.cluster_id:
-                return str(found.cluster_id)
+            return str(found.cluster_id) if found.cluster_id else None
         except (KafkaException, TimeoutError) as exc:
             log.debug("flow %s: the target's cluster id: %s", self.flow, exc)
-        return str(self._consumer_settings.get("bootstrap.servers"))
+            return None
 
     def _wait_for_departed_members(self, wait_s: float) -> bool:
         """Until every member of the lease group has left, or said it left (L2), or is this host's gone holder
@@ -244,8 +262,11 @@ class FlowLease:
         while True:
             listed = describe(admin, self.flow).members
             gone = left(admin, self.flow) if listed else None
-            # L1: a member under this instance's id is a process that is gone (this one joins in its place)
-            members = [m for m in listed if m.group_instance_id != self.instance_id and m.member_id != gone]
+            # Only a member assigned the partition holds the lease: an unassigned one (an instance refused, whose
+            # static member stays listed) is no reason to wait. L1: a member under this instance's id is of a
+            # process that is gone (this one joins in its place), unless its client id names a live one.
+            members = [m for m in listed if m.assignment.topic_partitions and m.member_id != gone
+                       and (m.group_instance_id != self.instance_id or process_alive(m.client_id))]
             if not members:
                 return any(m.member_id == gone and m.group_instance_id != self.instance_id for m in listed)
             if time.monotonic() > deadline:
@@ -342,6 +363,7 @@ def is_lease_group(group: str) -> bool:
 
 
 LEFT = "left "  # L2: the lease partition's committed metadata, before the member id of an instance that stopped
+RELEASE_COMMIT_S = 5.0  # L2: how long a release waits for the target to take that commit
 
 
 def members(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> list[Any]:
@@ -401,6 +423,26 @@ def host_instance_id() -> str:
     return f"mirrorflow@{socket.gethostname()}"
 
 
+def process_client_id() -> str:
+    """L1: the lease consumer's client id: this process's id and start time (clock ticks since boot)."""
+    return f"mirrorflow-lease-{os.getpid()}-{_start_ticks(os.getpid())}"
+
+
+def process_alive(client_id: str | None) -> bool:
+    """L1: whether the process a lease member's client id names still runs on this host (same id, same start)."""
+    parts = (client_id or "").rsplit("-", 2)
+    if len(parts) != 3 or not parts[0].endswith("mirrorflow-lease") or not parts[1].isdigit():
+        return False
+    return _start_ticks(int(parts[1])) == parts[2]
+
+
+def _start_ticks(pid: int) -> str | None:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError):
+        return None
+
+
 def process_instance_id() -> str:
     """L1: the static id of a process of this host that could not take the host lock."""
     return f"mirrorflow@{socket.gethostname()}/{os.getpid()}"
@@ -418,15 +460,20 @@ class HostLock:
     @classmethod
     def take(cls, key: str) -> HostLock | None:
         """The lock, or None while another live process of this host holds it."""
-        cls.DIRECTORY.mkdir(mode=0o1777, parents=True, exist_ok=True)
         path = cls.DIRECTORY / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.lock"
         try:
+            if not cls.DIRECTORY.is_dir():
+                cls.DIRECTORY.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(OSError):
+                    cls.DIRECTORY.chmod(0o1777)  # every user's streams lock here; the umask would narrow it
             fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             log.warning("lease lock %s cannot be opened (%s): a restart waits for the session to expire", path, exc)
             return None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_ino != os.stat(path).st_ino:  # removed (a cleaner) before it was locked
+                raise OSError("lock file replaced")
         except OSError:
             os.close(fd)
             return None
