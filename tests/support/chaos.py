@@ -243,10 +243,13 @@ def _kill(kind: str, stream: StreamProcess, target_brokers: list[local.LocalBrok
         in_flight = target.in_flight()
     relaunched = False
     if kind == "worker":
-        now = _workers(session)
+        now, waited = _workers(session), time.monotonic() + 60
+        while not now and time.monotonic() < waited:  # the query restarting after an earlier kill: none forked yet
+            time.sleep(0.1)
+            now = _workers(session)
         busiest = max(now, key=lambda pid: now[pid] - before.get(pid, 0), default=None)
         if busiest is None:
-            raise RuntimeError("no Python worker of Spark's daemon found in the stream's processes")
+            raise RuntimeError("no Python worker of Spark's daemon found in the stream's processes for 60 s")
         os.kill(busiest, signal.SIGKILL)
     elif kind == "planner":
         planner = _planner(session)
