@@ -252,9 +252,12 @@ def _kill(kind: str, stream: StreamProcess, target_brokers: list[local.LocalBrok
             raise RuntimeError("no Python worker of Spark's daemon found in the stream's processes for 60 s")
         os.kill(busiest, signal.SIGKILL)
     elif kind == "planner":
-        planner = _planner(session)
+        planner, waited = _planner(session), time.monotonic() + 60
+        while planner is None and time.monotonic() < waited:  # a query restarting, or paused for its lease
+            time.sleep(0.1)
+            planner = _planner(session)
         if planner is None:
-            raise RuntimeError("no planner (Spark's streaming source runner) found in the stream's processes")
+            raise RuntimeError("no planner (Spark's streaming source runner) in the stream's processes for 60 s")
         os.kill(planner, signal.SIGKILL)
     elif kind == "tree":
         stream.signal_all(signal.SIGKILL)
