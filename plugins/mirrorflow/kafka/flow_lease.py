@@ -208,9 +208,10 @@ class FlowLease:
 
     def release(self) -> None:
         consumer, self._consumer = self._consumer, None
+        say_left, self.held = self.held and not self.lost, False  # closing revokes: no "lease lost" then
         if consumer is not None:
             try:
-                if self.held and not self.lost:  # L2: a static member stays listed after it closes
+                if say_left:  # L2: a static member stays listed after it closes
                     said = f"{LEFT}{consumer.memberid()}"
                     consumer.commit(offsets=[TopicPartition(self.topic, 0, 0, metadata=said)], asynchronous=True)
                     deadline = time.monotonic() + RELEASE_COMMIT_S  # bounded: a target down must not hold a stop
@@ -223,7 +224,6 @@ class FlowLease:
                     consumer.close()
                 except KafkaException as exc:
                     log.debug("flow %s: closing the lease consumer: %s", self.flow, exc)
-        self.held = False
         if self._host_lock is not None:
             self._host_lock.release()
             self._host_lock = None
@@ -248,7 +248,8 @@ class FlowLease:
         """The target's cluster id, so that however a host's instances name the target's brokers they take the same
         lock (L1); None if the target does not say (then no host lock: the session is waited for)."""
         try:
-            found = AdminClient(self._admin_settings).describe_cluster(request_timeout=10).result(timeout=15)
+            admin = AdminClient(self._admin_settings)  # kept until answered: a client destroyed cancels its requests
+            found = admin.describe_cluster(request_timeout=10).result(timeout=15)
             return str(found.cluster_id) if found.cluster_id else None
         except (KafkaException, TimeoutError) as exc:
             log.debug("flow %s: the target's cluster id: %s", self.flow, exc)
@@ -264,7 +265,8 @@ class FlowLease:
             gone = left(admin, self.flow) if listed else None
             # Only a member assigned the partition holds the lease: an unassigned one (an instance refused, whose
             # static member stays listed) is no reason to wait. L1: a member under this instance's id is of a
-            # process that is gone (this one joins in its place), unless its client id names a live one.
+            # process that is gone (this one joins in its place), unless its client id names a live one (best
+            # effort: a coordinator that replaces a static member keeps the client id of its first join).
             members = [m for m in listed if m.assignment.topic_partitions and m.member_id != gone
                        and (m.group_instance_id != self.instance_id or process_alive(m.client_id))]
             if not members:
