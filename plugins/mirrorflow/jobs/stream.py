@@ -58,7 +58,7 @@ from mirrorflow.jobs.stream_digests import StreamDigests
 from mirrorflow.jobs.stream_progress import StreamProgress
 from mirrorflow.jobs.topic_changes import TopicChanges
 from mirrorflow.kafka import admin_sync, offset_sync_log, writers
-from mirrorflow.kafka.flow_lease import FlowLease
+from mirrorflow.kafka.flow_lease import FlowLease, LeaseTakenOver
 from mirrorflow.kafka.heartbeats import HeartbeatEmitter
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import selection
@@ -373,6 +373,8 @@ class _Driver:
                     self._fence()
                     self._reload_positions()
                 break
+            except LeaseTakenOver:
+                raise  # another instance runs the flow: this one stops, as from the watch
             except (OperationalError, KafkaException) as exc:  # the target may still be down, as for a failed start
                 end = query_end(str(exc))
                 if end.kind == "fatal":  # another instance holds the lease

@@ -184,11 +184,13 @@ class FlowLease:
         admin = AdminClient(self._admin_settings)
         next_check = time.monotonic() + 5
         while not self.held:
+            event = consumer.poll(0.5)
+            error = event.error() if event is not None else None
+            if error is not None and error.fatal():
+                self._fatal = error.str()
             if self._fatal is not None:  # this consumer never joins again
-                raise OperationalError(f"flow {self.flow}: another process joined the lease group {self.group} under "
-                                       f"this instance's id ({self._fatal}); this one stops")
-            self.keep()
-            consumer.poll(0.5)
+                raise LeaseTakenOver(f"flow {self.flow}: another process joined the lease group {self.group} under "
+                                     f"this instance's id ({self._fatal}); this one stops")
             if self.held or time.monotonic() < next_check:
                 continue
             next_check = time.monotonic() + 5
@@ -201,8 +203,8 @@ class FlowLease:
             holders = [m for m in members if m.member_id != me and m.member_id not in self._own_ids
                        and m.assignment.topic_partitions]
             if holders:
-                raise OperationalError(f"flow {self.flow}: another instance on {holders[0].host} took over "
-                                       f"(consumer group {self.group}); this one stops")
+                raise LeaseTakenOver(f"flow {self.flow}: another instance on {holders[0].host} took over "
+                                     f"(consumer group {self.group}); this one stops")
         self.lost = False
         log.info("flow %s: lease held again", self.flow)
 
@@ -279,6 +281,10 @@ class FlowLease:
 
     def _members(self, admin: AdminClient) -> list[Any]:
         return members(admin, self.flow)
+
+
+class LeaseTakenOver(OperationalError):
+    """While this instance regained its lease, another took it: this one stops (never retried)."""
 
 
 class LeaseSuperseded(OperationalError):
