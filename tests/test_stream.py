@@ -212,8 +212,9 @@ def test_a_target_outage_stalls_the_flow_and_it_resumes_without_loss(
 
 
 def test_a_graceful_stop_exits_zero(mirror: StreamProcess) -> None:
+    before = len(mirror.output())  # the outage test above failed a query, which Spark's Python side printed
     assert mirror.stop() == 0, mirror.output()[-2000:]
-    assert "Traceback" not in mirror.output()
+    assert "Traceback" not in mirror.output()[before:]
 
 
 def test_records_arriving_while_a_batch_lingers_are_copied_and_committed_by_that_batch(
