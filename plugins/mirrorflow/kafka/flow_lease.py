@@ -263,8 +263,7 @@ class FlowLease:
         admin = AdminClient(self._admin_settings)
         deadline = time.monotonic() + wait_s
         while True:
-            listed = describe(admin, self.flow).members
-            gone = left(admin, self.flow) if listed else None
+            listed, gone = listed_and_left(admin, self.flow)
             # Only a member assigned the partition holds the lease: an unassigned one (an instance refused, whose
             # static member stays listed) is no reason to wait. L1: a member under this instance's id is of a
             # process that is gone (this one joins in its place), unless its client id names a live one (best
@@ -379,11 +378,15 @@ def members(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> list[Any]
     that never existed is described as empty). A group that cannot be described (a coordinator moving or loading, a
     target that does not answer) is asked again until `timeout_s`, then an OperationalError: never read as "nobody
     holds it"."""
-    listed = describe(admin, flow, timeout_s).members
-    if not listed:
-        return listed
-    gone = left(admin, flow, timeout_s)
+    listed, gone = listed_and_left(admin, flow, timeout_s)
     return [m for m in listed if m.member_id != gone]
+
+
+def listed_and_left(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> tuple[list[Any], str | None]:
+    """Every member the lease group lists, and the member id of the last one that said it left (L2), if one did
+    (asked only when a member is listed)."""
+    listed = describe(admin, flow, timeout_s).members
+    return listed, left(admin, flow, timeout_s) if listed else None
 
 
 def left(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> str | None:
