@@ -18,6 +18,7 @@ from mirrorflow.kafka.flow_lease import (
     is_lease_group,
     process_alive,
     process_client_id,
+    taken_over_by,
     verdict,
 )
 
@@ -36,6 +37,17 @@ def test_another_assigned_member_supersedes_the_writer_even_mid_rebalance() -> N
 def test_an_earlier_member_id_of_the_same_instance_is_no_other_instance() -> None:
     assert verdict(True, [("old-me", True), ("me", False)], "me", ("old-me",)) == "unknown"
     assert verdict(True, [("old-me", True), ("other", True)], "me", ("old-me",)) == "superseded"
+
+
+def test_a_lease_regained_under_a_new_member_id_of_this_instances_static_id_is_not_taken_over() -> None:
+    # (member id, static id, host, assigned): this consumer joined again, and the group assigned its new member
+    # before its own poll heard of it
+    me = "mirrorflow@h"
+    assert taken_over_by([("new-id", me, "/10.0.0.1", True)], me, ("old-id",)) is None
+    assert taken_over_by([("old-id", None, "/10.0.0.1", True)], me, ("old-id",)) is None
+    assert taken_over_by([("other", "mirrorflow@h2", "/10.0.0.2", True)], me, ()) == "/10.0.0.2"
+    assert taken_over_by([("other", None, "/10.0.0.2", True)], me, ()) == "/10.0.0.2"
+    assert taken_over_by([("other", "mirrorflow@h2", "/10.0.0.2", False)], me, ()) is None
 
 
 def test_a_rebalance_or_an_empty_group_is_no_confirmation() -> None:

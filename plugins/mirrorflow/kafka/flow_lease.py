@@ -181,7 +181,7 @@ class FlowLease:
         """
         consumer = self._consumer
         assert consumer is not None
-        admin = AdminClient(self._admin_settings)
+        admin: AdminClient | None = None
         next_check = time.monotonic() + 5
         while not self.held:
             event = consumer.poll(0.5)
@@ -194,16 +194,17 @@ class FlowLease:
             if self.held or time.monotonic() < next_check:
                 continue
             next_check = time.monotonic() + 5
-            me = consumer.memberid()
+            admin = admin or AdminClient(self._admin_settings)
             try:
                 members = self._members(admin)
             except OperationalError as exc:  # the target still cannot tell: keep waiting
                 log.info("%s; waiting", exc)
+                admin = None  # a client that had no answer may never have one (see describe)
                 continue
-            holders = [m for m in members if m.member_id != me and m.member_id not in self._own_ids
-                       and m.assignment.topic_partitions]
-            if holders:
-                raise LeaseTakenOver(f"flow {self.flow}: another instance on {holders[0].host} took over "
+            other = taken_over_by([(m.member_id, m.group_instance_id, m.host, bool(m.assignment.topic_partitions))
+                                   for m in members], self.instance_id, tuple(self._own_ids))
+            if other is not None:
+                raise LeaseTakenOver(f"flow {self.flow}: another instance on {other} took over "
                                      f"(consumer group {self.group}); this one stops")
         self.lost = False
         log.info("flow %s: lease held again", self.flow)
@@ -351,6 +352,18 @@ def verdict(stable: bool, members: list[tuple[str, bool]], member_id: str, own_i
     return "unknown"
 
 
+def taken_over_by(members: list[tuple[str, str | None, str, bool]], instance_id: str | None,
+                  own_ids: tuple[str, ...]) -> str | None:
+    """The host of another instance's member assigned the lease partition, if there is one. `members`: (member id,
+    static id, host, assigned anything). A member under this instance's static id is its own consumer (L1: another
+    process under that id would have fenced it), which may have joined again under a new member id and been
+    assigned before this instance heard of it; one of its earlier member ids `own_ids` is its own too."""
+    for member_id, static_id, host, assigned in members:
+        if assigned and member_id not in own_ids and (static_id is None or static_id != instance_id):
+            return host
+    return None
+
+
 @dataclass(frozen=True)
 class GroupDescription:
     stable: bool
@@ -394,30 +407,37 @@ def left(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> str | None:
     group = group_of(flow)
     try:
         answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
-                                                   request_timeout=timeout_s)[group].result(timeout=timeout_s + 5)
+                                                   request_timeout=UNTIMED_S)[group].result(timeout=timeout_s)
     except (KafkaException, TimeoutError):
         return None  # then every listed member counts: waiting longer is safe, never taking over early
     said = [tp.metadata for tp in answer.topic_partitions or [] if tp.metadata and tp.metadata.startswith(LEFT)]
     return said[0][len(LEFT):] if said else None
 
 
+# librdkafka (2.16) frees a coordinator-bound admin request that times out while it waits for the coordinator, and
+# reads it again once the coordinator answers: the process aborts (`rd_kafka_enq_once_del_source_return: Assertion
+# eonce->refcnt > 0`, a target link cut and restored). So librdkafka never times such a request out (its longest
+# timeout); the caller stops waiting instead, and drops the client: one that had no answer after a coordinator
+# restart was seen to have none for good (its requests then stay pending, harmless, until it is destroyed).
+UNTIMED_S = 3600.0
+
+
 def describe(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> GroupDescription:
-    """The flow's lease group as its coordinator describes it; asked again until `timeout_s` (see `members`)."""
+    """The flow's lease group as its coordinator describes it; asked again until `timeout_s` (see `members`) while
+    the coordinator answers with an error. No answer at all: an OperationalError at once (use another client)."""
     group = group_of(flow)
     deadline = time.monotonic() + timeout_s
     while True:
         wait = max(deadline - time.monotonic(), 1.0)
         try:
-            # One request at a time, timed out by librdkafka itself, and only once the cluster answers at all:
-            # during a 60 s target outage, abandoned requests waiting for a coordinator piled up and, when the
-            # target came back, the process died in a librdkafka assertion (enq_once refcnt).
+            # Asked only once the cluster answers at all, so that no request waits out an outage (see UNTIMED_S).
             admin.list_topics(topic="__consumer_offsets", timeout=min(wait, 5.0))  # one topic: a cheap answer
-            future = admin.describe_consumer_groups([group], request_timeout=wait)[group]
-            description = future.result(timeout=wait + 5.0)
+            future = admin.describe_consumer_groups([group], request_timeout=UNTIMED_S)[group]
+            description = future.result(timeout=wait)
             return GroupDescription(description.state == ConsumerGroupState.STABLE, list(description.members))
         except (KafkaException, TimeoutError) as exc:
             why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or isinstance(exc, TimeoutError):
                 raise OperationalError(f"flow {flow}: cannot tell who holds its lease (consumer group {group}): "
                                        f"{why}") from None
             log.debug("flow %s: describing group %s: %s; asking again", flow, group, why)
