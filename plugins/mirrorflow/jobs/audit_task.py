@@ -34,6 +34,7 @@ from mirrorflow.jobs.audit_report import PartitionAudit
 from mirrorflow.jobs.audit_tally import NULL_FIELD, Side, Tally, compare
 from mirrorflow.jobs.ranges import SourceRange
 from mirrorflow.kafka import readers
+from mirrorflow.kafka.internal_log import fetched
 from mirrorflow.rules import provenance, record_digest
 
 STALL_S = 120.0
@@ -100,11 +101,11 @@ def _config(settings: Mapping[str, Any], flow: str, read_committed: bool) -> dic
 def _source_side(spec: AuditSpec, consumer: Consumer, r: SourceRange) -> tuple[Side, np.ndarray]:
     parts: list[Side] = []
     refused: list[np.ndarray] = []
-    for ms in _read(consumer, r.topic, r.partition, r.start, r.end, spec.source):
+    for ms, at in _read(consumer, r.topic, r.partition, r.start, r.end, spec.source):
         headers = [_headers(m) for m in ms]
-        parts.append(_side(ms, [m.offset() or 0 for m in ms], headers))
+        parts.append(_side(ms, at, at, r.partition, headers))
         refused.append(np.fromiter((bool(h) and h is not _UNREADABLE and provenance.returns_to(h, spec.target, r.remote)
-                                    for h in headers), bool, len(ms)))
+                                    for h in headers), bool, len(ms)) if any(headers) else np.zeros(len(ms), bool))
     return Side.join(parts), (np.concatenate(refused) if refused else np.zeros(0, bool))
 
 
@@ -114,26 +115,34 @@ def _copies(spec: AuditSpec, consumer: Consumer, r: SourceRange, start: int, end
     assert r.target_floor is not None
     hop_start = provenance.prefix(spec.source)
     topic_start = provenance.prefix(spec.source, r.topic)
+    skip = len(topic_start)
     parts: list[Side] = []
     misplaced = 0
-    for ms in _read(consumer, r.remote, r.partition, r.target_floor, None, spec.target):
+    for ms, at in _read(consumer, r.remote, r.partition, r.target_floor, None, spec.target):
         kept: list[Message] = []
+        kept_at: list[int] = []
         offsets: list[int] = []
         own: list[list[tuple[str, bytes | None]] | None] = []
-        for m in ms:
+        for m, m_at in zip(ms, at, strict=True):
             headers = _headers(m)
             if not headers or headers is _UNREADABLE:
                 continue
-            hop = next((i for i in range(len(headers) - 1, -1, -1) if headers[i][0] == provenance.HEADER
-                        and (v := headers[i][1]) is not None and v.startswith(hop_start)), None)
-            if hop is None:
-                continue
-            value = headers[hop][1]
-            assert value is not None
-            if not value.startswith(topic_start):
-                continue
+            last = len(headers) - 1
+            key, value = headers[last]
+            if key == provenance.HEADER and value is not None and value.startswith(topic_start):
+                hop = last  # the common case: this hop's header is the last one
+            else:
+                found = next((i for i in range(last, -1, -1) if headers[i][0] == provenance.HEADER
+                              and (v := headers[i][1]) is not None and v.startswith(hop_start)), None)
+                if found is None:
+                    continue
+                hop, value = found, headers[found][1]
+                assert value is not None
+                if not value.startswith(topic_start):
+                    continue
+            named, _, offset_text = value[skip:].partition(b"/")
             try:
-                partition, offset = (int(x) for x in value[len(topic_start):].split(b"/"))
+                partition, offset = int(named), int(offset_text)
             except ValueError:
                 continue
             if partition != r.partition:
@@ -142,10 +151,11 @@ def _copies(spec: AuditSpec, consumer: Consumer, r: SourceRange, start: int, end
             if not start <= offset < end:
                 continue
             kept.append(m)
+            kept_at.append(m_at)
             offsets.append(offset)
-            own.append(headers[:hop] if hop == len(headers) - 1 else headers)
+            own.append(headers[:hop] if hop == last else headers)
         if kept:
-            parts.append(_side(kept, offsets, own))
+            parts.append(_side(kept, offsets, kept_at, r.partition, own))
     return Side.join(parts), misplaced
 
 
@@ -159,17 +169,17 @@ def _headers(m: Message) -> list[tuple[str, bytes | None]] | None:
         return _UNREADABLE
 
 
-def _side(ms: Sequence[Message], offsets: Sequence[int], headers: Sequence[list[tuple[str, bytes | None]] | None]
-          ) -> Side:
+def _side(ms: Sequence[Message], offsets: Sequence[int], at: Sequence[int], partition: int,
+          headers: Sequence[list[tuple[str, bytes | None]] | None]) -> Side:
+    """The records `ms` of one partition, at offsets `at` there, as the source offsets `offsets` (see Side)."""
     n = len(ms)
     fields = np.empty((n, 4), np.int64)
     fields[:, 0] = _hashes([m.key() for m in ms])
     fields[:, 1] = _hashes([m.value() for m in ms])
-    fields[:, 2] = np.fromiter((_UNREADABLE_HEADERS if h is _UNREADABLE else record_digest.headers_hash(h) if h else 0
-                                for h in headers), np.uint64, n).view(np.int64)
-    fields[:, 3] = np.fromiter((m.timestamp()[1] for m in ms), np.int64, n)
-    return Side(np.array(offsets, np.int64), fields, np.fromiter((m.partition() for m in ms), np.int32, n),
-                np.fromiter((m.offset() for m in ms), np.int64, n))
+    fields[:, 2] = (np.array([_UNREADABLE_HEADERS if h is _UNREADABLE else record_digest.headers_hash(h) if h else 0
+                              for h in headers], np.uint64).view(np.int64) if any(headers) else 0)
+    fields[:, 3] = [m.timestamp()[1] for m in ms]
+    return Side(np.array(offsets, np.int64), fields, np.full(n, partition, np.int32), np.array(at, np.int64))
 
 
 def _hashes(blobs: list[bytes | None]) -> np.ndarray:
@@ -179,9 +189,9 @@ def _hashes(blobs: list[bytes | None]) -> np.ndarray:
 
 
 def _read(consumer: Consumer, topic: str, partition: int, start: int, end: int | None, cluster: str
-          ) -> Iterator[list[Message]]:
+          ) -> Iterator[tuple[list[Message], list[int]]]:
     """The records of [start, end) (R1), or from `start` to the partition's end when the read begins (R2), in runs
-    of at most _CONSUME_MAX."""
+    of at most _CONSUME_MAX, with their offsets."""
     tp = TopicPartition(topic, partition, start)
     consumer.assign([tp])
     try:
@@ -192,23 +202,25 @@ def _read(consumer: Consumer, topic: str, partition: int, start: int, end: int |
         at = start  # the next offset to come
         last = time.monotonic()
         while True:
-            ms = consumer.consume(_CONSUME_MAX, 1.0)
+            ms = fetched(consumer, _CONSUME_MAX, 1.0)  # what is there: consume(n) waits for n or its timeout
             if time.monotonic() - last > STALL_S:
                 raise RetryableError(f"{cluster} {topic}-{partition}: nothing read for {STALL_S:.0f} s from offset "
                                      f"{at} on (the audit task is tried again)")
-            records = []
+            records: list[Message] = []
+            offsets: list[int] = []
             done = False
             for m in ms:
-                if m.topic() != topic or m.partition() != partition:
+                if m.partition() != partition or m.topic() != topic:
                     continue  # a client's event, or one of a partition read before
                 err = m.error()
                 if err is None:
-                    last = time.monotonic()
-                    at = (m.offset() or 0) + 1
+                    offset = m.offset() or 0
+                    at = offset + 1
                     if at > end:
                         done = True
                         break
                     records.append(m)
+                    offsets.append(offset)
                 elif err.code() == KafkaError._PARTITION_EOF:
                     last = time.monotonic()
                     done = (m.offset() or 0) >= end or m.offset() == at  # at the end, or as far as the log goes
@@ -224,7 +236,8 @@ def _read(consumer: Consumer, topic: str, partition: int, start: int, end: int |
                 else:
                     raise KafkaException(err)
             if records:
-                yield records
+                last = time.monotonic()
+                yield records, offsets
             if done:
                 return
     finally:
