@@ -1,4 +1,5 @@
-"""The audit's comparison (jobs/audit_tally) on hand-built sides: classification and ranges, as pure logic."""
+"""The audit's comparison (jobs/audit_tally) on hand-built sides: classification and ranges, as pure logic; the field
+hashes of a side (jobs/audit_task) on hand-built messages."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
-from mirrorflow.jobs import audit_report
+from mirrorflow.jobs import audit_report, audit_task
 from mirrorflow.jobs.audit_tally import Side, Tally, compare
 
 SOURCE = (11, 12, 13, 1000)  # key, value, headers hashes and timestamp
@@ -95,3 +97,15 @@ def test_comparing_in_bulk_gives_what_classifying_each_record_in_offset_order_gi
         rows = [(*c, 500 + o * 3 + i) for i, c in enumerate(copies)]
         one_by_one.record(o, None if present is None else (*SOURCE, 0, o), rows, present == 2)
     assert _tally(spec, mirrored, span) == dataclasses.asdict(one_by_one.audit("t", 0, 0, len(spec)))
+
+
+def test_a_records_field_hashes_do_not_depend_on_the_records_read_with_it() -> None:
+    def message(offset: int) -> Message:
+        return Message(topic="t", partition=0, offset=offset, key=b"k", value=b"v", timestamp=(1, 7))
+
+    unreadable, plain, with_one = audit_task._UNREADABLE, None, [("h", b"x")]
+    alone = audit_task._side([message(0)], [0], [0], 0, [unreadable])
+    for neighbour in (plain, with_one):
+        beside = audit_task._side([message(0), message(1)], [0, 1], [0, 1], 0, [unreadable, neighbour])
+        assert beside.row(0) == alone.row(0)
+    assert alone.row(0) != audit_task._side([message(0)], [0], [0], 0, [[]]).row(0)  # unreadable is not "none"

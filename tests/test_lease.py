@@ -48,6 +48,7 @@ def test_a_lease_regained_under_a_new_member_id_of_this_instances_static_id_is_n
     assert taken_over_by([("other", "mirrorflow@h2", "/10.0.0.2", True)], me, ()) == "/10.0.0.2"
     assert taken_over_by([("other", None, "/10.0.0.2", True)], me, ()) == "/10.0.0.2"
     assert taken_over_by([("other", "mirrorflow@h2", "/10.0.0.2", False)], me, ()) is None
+    assert taken_over_by([("other", None, "/10.0.0.2", True)], None, ()) == "/10.0.0.2"  # no static id known
 
 
 def test_a_rebalance_or_an_empty_group_is_no_confirmation() -> None:

@@ -176,8 +176,9 @@ def _side(ms: Sequence[Message], offsets: Sequence[int], at: Sequence[int], part
     fields = np.empty((n, 4), np.int64)
     fields[:, 0] = _hashes([m.key() for m in ms])
     fields[:, 1] = _hashes([m.value() for m in ms])
+    any_headers = any(h or h is _UNREADABLE for h in headers)  # _UNREADABLE is an empty list
     fields[:, 2] = (np.array([_UNREADABLE_HEADERS if h is _UNREADABLE else record_digest.headers_hash(h) if h else 0
-                              for h in headers], np.uint64).view(np.int64) if any(headers) else 0)
+                              for h in headers], np.uint64).view(np.int64) if any_headers else 0)
     fields[:, 3] = [m.timestamp()[1] for m in ms]
     return Side(np.array(offsets, np.int64), fields, np.full(n, partition, np.int32), np.array(at, np.int64))
 

@@ -375,7 +375,9 @@ def flow_plan(cfg: MirrorConfig, flow: Flow, parts: Collection[str] = drift.PART
     source = snapshot(clients.admin(cfg.cluster(flow.source)), flow.source,
                       lambda t: selection.replicates(flow, t), acls=with_acls)
     remote = {flow.policy.remote_topic(flow.source, t) for t in source.topics}
-    target = snapshot(target_admin or clients.admin(cfg.cluster(flow.target)), flow.target, remote.__contains__,
+    if target_admin is None:  # not `or`: a client with nothing queued is falsy (its len)
+        target_admin = clients.admin(cfg.cluster(flow.target))
+    target = snapshot(target_admin, flow.target, remote.__contains__,
                       acls=with_acls)
     return drift.plan(flow, source, target, parts)
 

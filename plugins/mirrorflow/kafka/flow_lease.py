@@ -194,7 +194,8 @@ class FlowLease:
             if self.held or time.monotonic() < next_check:
                 continue
             next_check = time.monotonic() + 5
-            admin = admin or AdminClient(self._admin_settings)
+            if admin is None:  # not `or`: a client with nothing queued is falsy (its len)
+                admin = AdminClient(self._admin_settings)
             try:
                 members = self._members(admin)
             except OperationalError as exc:  # the target still cannot tell: keep waiting
@@ -202,7 +203,7 @@ class FlowLease:
                 admin = None  # a client that had no answer may never have one (see describe)
                 continue
             other = taken_over_by([(m.member_id, m.group_instance_id, m.host, bool(m.assignment.topic_partitions))
-                                   for m in members], self.instance_id, tuple(self._own_ids))
+                                   for m in members], self.instance_id, (*self._own_ids, consumer.memberid() or ""))
             if other is not None:
                 raise LeaseTakenOver(f"flow {self.flow}: another instance on {other} took over "
                                      f"(consumer group {self.group}); this one stops")
