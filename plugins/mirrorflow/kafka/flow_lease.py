@@ -166,12 +166,11 @@ class FlowLease:
     def keep(self) -> bool:
         """Serve the group protocol; False once the lease is lost (until `regain`)."""
         if self._consumer is not None and not self.lost:
-            event = self._consumer.poll(0)
-            error = event.error() if event is not None else None
-            if error is not None and error.fatal():
+            fatal = _fatal_error(self._consumer.poll(0))
+            if fatal is not None:
                 # L1: another process joined under this instance's static id (a host whose lock does not hold)
-                self.held, self.lost, self._fatal = False, True, error.str()
-                log.error("flow %s: lease lost (group %s): %s", self.flow, self.group, error.str())
+                self.held, self.lost, self._fatal = False, True, fatal
+                log.error("flow %s: lease lost (group %s): %s", self.flow, self.group, fatal)
         return self.held and not self.lost
 
     def regain(self) -> None:
@@ -184,10 +183,7 @@ class FlowLease:
         admin: AdminClient | None = None
         next_check = time.monotonic() + 5
         while not self.held:
-            event = consumer.poll(0.5)
-            error = event.error() if event is not None else None
-            if error is not None and error.fatal():
-                self._fatal = error.str()
+            self._fatal = self._fatal or _fatal_error(consumer.poll(0.5))
             if self._fatal is not None:  # this consumer never joins again
                 raise LeaseTakenOver(f"flow {self.flow}: another process joined the lease group {self.group} under "
                                      f"this instance's id ({self._fatal}); this one stops")
@@ -282,6 +278,12 @@ class FlowLease:
 
     def _members(self, admin: AdminClient) -> list[Any]:
         return members(admin, self.flow)
+
+
+def _fatal_error(event: Any) -> str | None:
+    """What a polled event says if it is a fatal error of the lease consumer (it never joins again), else None."""
+    error = event.error() if event is not None else None
+    return error.str() if error is not None and error.fatal() else None
 
 
 class LeaseTakenOver(OperationalError):
