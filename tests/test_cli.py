@@ -187,5 +187,7 @@ def test_a_kafka_error_nothing_handled_is_one_line_and_exit_1_retryable_as_kafka
     assert err.count("\n") == 1 and err.startswith("mirrorflow: error: Kafka: TOPIC_AUTHORIZATION_FAILED")
     timed_out = clients.operational(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
     assert isinstance(timed_out, RetryableError)
+    restarting = clients.operational(KafkaException(KafkaError(KafkaError._DESTROY_BROKER)))
+    assert isinstance(restarting, RetryableError)  # a broker dropped from metadata while it restarts
     denial = clients.operational(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
     assert isinstance(denial, OperationalError) and not isinstance(denial, RetryableError)

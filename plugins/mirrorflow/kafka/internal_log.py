@@ -30,7 +30,10 @@ def fetched(consumer: Consumer, limit: int, timeout_s: float) -> list[Message]:
 # of 50 MiB) held hundreds of MiB while a checkpoint task read a large offset-syncs topic.
 BOUNDED_FETCH = {"queued.max.messages.kbytes": 16_384, "fetch.max.bytes": 8 << 20}
 
-_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT)
+# _DESTROY_BROKER: the broker dropped out of the cluster's metadata while it restarts (its handle is decommissioned
+# with the request in flight); it is back within a metadata refresh or two.
+_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE, KafkaError._TRANSPORT,
+                  KafkaError._DESTROY_BROKER)
 
 
 def _reader_settings(consumer_settings: Mapping[str, Any]) -> dict[str, Any]:

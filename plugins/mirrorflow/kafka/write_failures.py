@@ -19,7 +19,7 @@ STUCK = frozenset({
     KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT, KafkaError.INVALID_PRODUCER_EPOCH,
     KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.REQUEST_TIMED_OUT, KafkaError.KAFKA_STORAGE_ERROR,
-    KafkaError._TRANSPORT, KafkaError.THROTTLING_QUOTA_EXCEEDED})
+    KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER, KafkaError.THROTTLING_QUOTA_EXCEEDED})
 PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 # A record batch of one record: the batch header (61 bytes) and the record's own varint framing (at most ~40).
 RECORD_FRAMING_BYTES = 128
