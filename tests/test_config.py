@@ -159,9 +159,8 @@ def test_mm2_keys_mirrorflow_does_not_act_on_are_listed_with_what_it_does_instea
                "offset.storage.topic = mm2-offsets\nA->B.emit.checkpoints.enabled = true\n")
     assert cfg.not_used == (
         "mm2.properties:5: tasks.max: accepted, not used: " + keys.NOT_USED["tasks.max"],
-        "mm2.properties:6: A->B.offset-syncs.topic.location: accepted, not used: "
-        + keys.NOT_USED["offset-syncs.topic.location"],
-        f"mm2.properties:7: offset.storage.topic: accepted, not used: {keys.CONNECT_NOT_USED}",
+        "mm2.properties:7: offset.storage.topic: read only by `mirrorflow takeover --from mm2`: "
+        + keys.TAKEOVER_ONLY["offset.storage.topic"],
     )
     assert cfg.warnings == ()
 

@@ -24,7 +24,8 @@ from support import ports
 REPO = Path(__file__).resolve().parents[2]
 # Long modules with no port in common with the rest: about half the suite's time (a clean clone on 2 cores: 30 min
 # for these beside 27 for the rest; before the stream faults moved here, 19 beside 37).
-SECOND_LANE = ("tests/test_drills.py", "tests/test_stream_faults.py", "tests/test_stream_guarantees.py")
+SECOND_LANE = ("tests/test_drills.py", "tests/test_stream_faults.py", "tests/test_stream_guarantees.py",
+               "tests/test_takeover.py")
 PORT_OFFSET = str(ports.SECOND_LANE_OFFSET)  # support.ports: where the second lane's shared clusters are
 
 

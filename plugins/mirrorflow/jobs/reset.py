@@ -16,6 +16,7 @@ from __future__ import annotations
 import getpass
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
@@ -73,24 +74,61 @@ def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | Non
     ends = admin_sync.offsets(source_admin, source.alias, tps, OffsetSpec.latest())  # type: ignore[no-untyped-call]
     targets = {tp: _resolve(to, starts[tp], ends[tp], tp) for tp in tps}
 
+    remote_gone = ""
+    moves: list[PartitionReset] = []
+
+    def records(syncs: offset_sync_log.SyncsState) -> list[SyncsWrite]:
+        nonlocal remote_gone, moves
+        positions = syncs.positions
+        remote_gone = _remote_gone(link, topic, counts[topic], syncs)
+        if remote_gone and len(tps) < counts[topic]:
+            raise ConfigError(f"{remote_gone}: reset every partition of {topic}, not some")
+        moves = [PartitionReset(t, p, positions[(t, p)].upstream_next if (t, p) in positions else None,
+                                targets[(t, p)]) for t, p in tps]
+        out: list[SyncsWrite] = [
+            Position(m.topic, m.partition, m.after, positions[(m.topic, m.partition)].downstream_next
+                     if (m.topic, m.partition) in positions and not remote_gone else None) for m in moves]
+        if remote_gone:  # the anchors name copies in a topic that is no more
+            out += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
+        return out
+
+    write_positions(link, "reset", records)
+    who = getpass.getuser()
+    if remote_gone:
+        log.warning("flow %s: %s: its copies start again in a new remote topic", flow.name, remote_gone)
+    for m in moves:
+        log.warning("flow %s: reset by %s%s: %s", flow.name, who, f" ({reason})" if reason else "", m.line())
+    return moves
+
+
+SyncsWrite = Position | Reset | Release | AnchorRecord
+
+
+def write_positions(link: FlowLink, what: str,
+                    records: Callable[[offset_sync_log.SyncsState], list[SyncsWrite]]) -> None:
+    """Write what `records` makes of the flow's offset syncs, with a reset and a release record, in one transaction of
+    the stream driver's id, while the flow's stream is stopped: the command holds the flow's lease meanwhile (it
+    raises while a stream runs: a move under a running stream would be undone), waits out a stream that did not stop
+    cleanly and fences its task slots' ids, then reads the offset syncs whole and hands them to `records`."""
+    flow = link.flow
     syncs_topic = link.syncs_topic
     lease = link.lease()
-    lease.acquire(wait_s=10.0)  # raises while the stream runs: a reset under a running stream would be undone
+    lease.acquire(wait_s=10.0)
     try:
         # In transactions of the stream driver's id: initialising it fences a frozen stream's driver (W4).
         producer = link.driver_producer()
         syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
-        clean = syncs.release is not None
+        clean = syncs.release is not None or (not syncs.positions and syncs.writers is None)  # or never ran
         lease.wait_out_previous_writer(clean)  # a stream that did not stop cleanly: its last writes land or expire
         _confirm(lease, link)
         try:
             producer.init_transactions(admin_sync.TIMEOUT_S)
         except KafkaException as exc:
             raise OperationalError(f"flow {flow.name}: cannot initialise the stream driver's transactional id on "
-                                   f"{flow.target}: {exc.args[0].str()}; run the reset again") from None
+                                   f"{flow.target}: {exc.args[0].str()}; run the {what} again") from None
         if not clean:
-            # W4: the stream's transactions abort, none commits after this reset's positions. The slots a frozen
-            # driver recorded while this reset waited count too.
+            # W4: the stream's transactions abort, none commits after these positions. The slots a frozen driver
+            # recorded while this command waited count too.
             before = syncs.writers.slots if syncs.writers is not None else 0
             syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
             slots = max(before, syncs.writers.slots if syncs.writers is not None else 0)
@@ -103,42 +141,26 @@ def reset(link: FlowLink, topic: str, to: str | int, partitions: list[int] | Non
             writers.fence(flow.name, flow.target, link.settings("target", "producer"),
                           [writers.transactional_id(flow.source, flow.target, i) for i in range(slots)], still_held)
             syncs = offset_sync_log.read(link.settings("target", "consumer"), syncs_topic)
-        positions = syncs.positions
-        remote_gone = _remote_gone(link, topic, counts[topic], syncs)
-        if remote_gone and len(tps) < counts[topic]:
-            raise ConfigError(f"{remote_gone}: reset every partition of {topic}, not some")
-        moves = [PartitionReset(t, p, positions[(t, p)].upstream_next if (t, p) in positions else None,
-                                targets[(t, p)]) for t, p in tps]
-        records: list[Position | Reset | Release | AnchorRecord] = [
-            Position(m.topic, m.partition, m.after, positions[(m.topic, m.partition)].downstream_next
-                     if (m.topic, m.partition) in positions and not remote_gone else None) for m in moves]
-        if remote_gone:  # the anchors name copies in a topic that is no more
-            records += [AnchorRecord(t, p, slot, None) for t, p in tps for slot in syncs.anchors.get((t, p), {})]
-        records.append(Reset(int(time.time() * 1000)))
-        records.append(Release(int(time.time() * 1000)))  # all of it acknowledged, or the reset fails
+        writes = records(syncs)
+        writes.append(Reset(int(time.time() * 1000)))
+        writes.append(Release(int(time.time() * 1000)))  # all of it acknowledged, or the command fails
         _confirm(lease, link)
         failed: list[str] = []
         try:
             producer.begin_transaction()
-            for record in records:
+            for record in writes:
                 producer.produce(syncs_topic, record.value(), record.key(), partition=0,
                                  on_delivery=lambda err, _msg: failed.append(err.str()) if err is not None else None)
             if producer.flush(admin_sync.TIMEOUT_S) > 0 or failed:
-                raise OperationalError(f"flow {flow.name}: the reset was not acknowledged by {flow.target} within "
+                raise OperationalError(f"flow {flow.name}: the {what} was not acknowledged by {flow.target} within "
                                        f"{DELIVERY_TIMEOUT_MS / 1000:.0f} s" + (f" ({failed[0]})" if failed else "")
                                        + "; run it again")
             producer.commit_transaction(admin_sync.TIMEOUT_S)
         except KafkaException as exc:
-            raise OperationalError(f"flow {flow.name}: the reset was not committed on {flow.target}: "
+            raise OperationalError(f"flow {flow.name}: the {what} was not committed on {flow.target}: "
                                    f"{exc.args[0].str()}; run it again") from None
     finally:
         lease.release()
-    who = getpass.getuser()
-    if remote_gone:
-        log.warning("flow %s: %s: its copies start again in a new remote topic", flow.name, remote_gone)
-    for m in moves:
-        log.warning("flow %s: reset by %s%s: %s", flow.name, who, f" ({reason})" if reason else "", m.line())
-    return moves
 
 
 def _remote_gone(link: FlowLink, topic: str, partitions: int, syncs: offset_sync_log.SyncsState) -> str:

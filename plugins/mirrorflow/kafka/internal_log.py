@@ -62,18 +62,23 @@ def _watermarks(consumer: Consumer, tp: TopicPartition, idle_timeout_s: float) -
 
 
 def read_to_ends(consumer_settings: Mapping[str, Any], partitions: Sequence[tuple[str, int]], what: str, *,
-                 idle_timeout_s: float = 30.0) -> Iterator[Message]:
-    """Every committed record of several partitions, each from its start to the end it had when reading began.
+                 idle_timeout_s: float = 30.0, spans: Mapping[tuple[str, int], tuple[int, int | None]] | None = None,
+                 isolation: str = "read_committed") -> Iterator[Message]:
+    """Every committed record of several partitions, each from its start to the end it had when reading began;
+    `spans` narrows a partition to [start, end) within that (end None: to its end).
 
     One consumer for all of them: a cluster's hundreds of heartbeats topics are one read, not a connection (and a
     SASL handshake) each. A partition that does not exist reads as empty; the read fails only when it makes no
     progress for `idle_timeout_s`."""
-    consumer = Consumer(_reader_settings(consumer_settings))
+    consumer = Consumer({**_reader_settings(consumer_settings), "isolation.level": isolation})
     try:
         ends: dict[tuple[str, int], int] = {}
         assignment = []
         for topic, partition in partitions:
             marks = _watermarks(consumer, TopicPartition(topic, partition), idle_timeout_s)
+            if marks is not None and spans is not None and (topic, partition) in spans:
+                start, end = spans[(topic, partition)]
+                marks = (max(marks[0], start), marks[1] if end is None else min(marks[1], end))
             if marks is not None and marks[1] > marks[0]:
                 ends[(topic, partition)] = marks[1]
                 assignment.append(TopicPartition(topic, partition, marks[0] if marks[0] > 0 else OFFSET_BEGINNING))

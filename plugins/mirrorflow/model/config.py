@@ -262,7 +262,11 @@ class _Reader:
         if instead is None and name not in keys.FLOW_KEY_BY_NAME and (
                 name in keys.CONNECT_KEYS or name.startswith(keys.CONNECT_PREFIXES)):
             instead = keys.CONNECT_NOT_USED
-        if instead is not None:
+        if name in keys.TAKEOVER_ONLY:
+            self.not_used.append(str(ConfigError(f"read only by `mirrorflow takeover --from mm2`: "
+                                                 f"{keys.TAKEOVER_ONLY[name]}", source=self.source, line=e.line,
+                                                 key=key)))
+        elif instead is not None:
             self.not_used.append(str(ConfigError(f"accepted, not used: {instead}", source=self.source,
                                                  line=e.line, key=key)))
 

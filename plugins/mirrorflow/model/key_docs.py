@@ -63,7 +63,8 @@ def markdown() -> str:
         "",
         "An MM2 file's Kafka Connect and dedicated-mode keys validate unchanged; " + keys.CONNECT_NOT_USED + ": "
         + ", ".join(f"`{k}`" for k in sorted(keys.CONNECT_KEYS)) + ", and every key starting with "
-        + ", ".join(f"`{p}`" for p in keys.CONNECT_PREFIXES) + ".",
+        + ", ".join(f"`{p}`" for p in keys.CONNECT_PREFIXES) + ". Of them, `mirrorflow takeover --from mm2` "
+        "reads " + "; ".join(f"`{k}`: {text}" for k, text in sorted(keys.TAKEOVER_ONLY.items())) + ".",
         "",
         "Any other key is a warning with the nearest known key (`did you mean`).",
         "",

@@ -81,7 +81,10 @@ FLOW_KEYS: tuple[Key, ...] = (
     Key("sync.group.offsets.interval.seconds", "int", "60", "Accepted, not used."),
     Key("offset.lag.max", "int", "100", "Used only to show MM2's own answer beside mirrorflow's exact one "
         "(`translate`): mirrorflow writes an offset sync per batch, not one per `offset.lag.max` records."),
-    Key("offset-syncs.topic.location", "enum", "source", "Accepted, not used.", choices=("source", "target")),
+    Key("offset-syncs.topic.location", "enum", "source", "Where MirrorMaker 2 keeps the flow's offset syncs (`source`: "
+        "`mm2-offset-syncs.{target}.internal` on the source; `target`: `mm2-offset-syncs.{source}.internal` on the "
+        "target); read by `mirrorflow takeover --from mm2`. mirrorflow's own always live on the target, in "
+        "`mirrorflow-offset-syncs.{source}.internal`.", choices=("source", "target")),
     Key("tasks.max", "int", "1", "Accepted, not used."),
     Key("consumer.poll.timeout.ms", "int", "1000", "Accepted, not used."),
     Key("admin.timeout.ms", "int", "60000", "Accepted, not used."),
@@ -155,8 +158,6 @@ CONNECT_PREFIXES = ("config.providers.", "producer.override.", "consumer.overrid
 # MirrorMaker 2 keys mirrorflow accepts and does not act on, with what it does instead (`validate` reports each one a
 # file sets). Invariant: every key here is a FLOW_KEYS name (so it validates) that no code reads.
 NOT_USED: dict[str, str] = {
-    "offset-syncs.topic.location": "offset syncs always live on the target, in mirrorflow-offset-syncs.{source}"
-                                   ".internal, beside the records they describe",
     "emit.offset-syncs.enabled": "offset syncs are always written: the stream resumes from them and checkpoints "
                                  "translate exactly with them",
     "sync.group.offsets.interval.seconds": "group offsets are synced in every checkpoint round "
@@ -175,6 +176,13 @@ NOT_USED: dict[str, str] = {
                                                            "use the replication policy's separator",
 }
 CONNECT_NOT_USED = "a Kafka Connect worker key: mirrorflow runs no Connect worker"
+# Worker keys of MM2's dedicated mode that say where a running MirrorMaker 2 keeps its state: mirrorflow reads them
+# only to take a flow over from it (`mirrorflow takeover --from mm2`).
+TAKEOVER_ONLY: dict[str, str] = {
+    "offset.storage.topic": "where MirrorMaker 2 committed its source offsets (default mm2-offsets.{source}.internal "
+                            "on the target)",
+    "group.id": "MirrorMaker 2's worker group on the target (default {source}-mm2), whose members mean it still runs",
+}
 
 # Client keys that apply to every client of a cluster when written as `{alias}.{key}` or at top level
 # (MM2's MirrorClientConfig: common, SSL and SASL client settings).

@@ -39,6 +39,10 @@ Invariants, each tested (tests/test_anchors.py, on simulated histories with repl
      grants it only when a batch's count of records written fills both spans (so neither side has a hole, a
      marker or another writer's record there); a batch that continues the head's run on both sides extends it. A
      fact about the log, not about a bracket: thinning and pruning leave it true.
+  I. an `imported` anchor is an offset sync of another mirror the flow took over from (rules/takeover): the records
+     of its bracket carry no provenance header, so an answer there is the bracket's start, as in C (MM2's own rule).
+     Imported anchors are the oldest ones, so every anchor before an imported one is imported too; thinning and
+     pruning keep that, and a thinned imported anchor leaves a bracket that starts at an imported one.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Anchor:
     barrier: bool = False  # the first record of a possible replay: never thinned
     origin: bool = False  # the first record this flow ever wrote to the partition
     coarse: bool = False  # C: the bracket from here to the next anchor lost a barrier to the bound
+    imported: bool = False  # I: another mirror's offset sync; its bracket holds that mirror's copies
     run: int = 0  # D: records ending here mirrored one to one (0: not known)
 
 

@@ -16,8 +16,8 @@ by its partition. Wire format (Kafka protocol types, big-endian; strings are int
 -1 stands for "none" on the wire only):
   anchor key      {kind: int16 = 2, topic: string, partition: int32, slot: int16}
   anchor value    {version: int16 = 1, upstream: int64, downstream: int64, flags: int16 (1 barrier, 2 origin,
-                  4 coarse: anchors.py C), run: int64 (anchors.py D)} (version 0, written when run is 0, ends
-                  after flags)
+                  4 coarse: anchors.py C, 8 imported: anchors.py I), run: int64 (anchors.py D)} (version 0, written
+                  when run is 0, ends after flags)
   position key    {kind: int16 = 1, topic: string, partition: int32}
   position value  {version: int16 = 1, upstream_next: int64, downstream_next: int64,
                    batch_upstream: int64, batch_downstream: int64, flags: int16 (1 replay, 2 origin)}
@@ -52,7 +52,7 @@ from mirrorflow.rules.anchors import Anchor
 
 _RUN, _POSITION, _ANCHOR, _LOSS, _INCARNATION, _RESET, _RELEASE, _WRITERS = 0, 1, 2, 3, 4, 5, 6, 7
 LOSS_RANGES = 8
-_BARRIER, _ORIGIN, _COARSE, _REPLAY = 1, 2, 4, 1
+_BARRIER, _ORIGIN, _COARSE, _IMPORTED, _REPLAY = 1, 2, 4, 8, 1
 TopicPartition = tuple[str, int]
 
 
@@ -82,7 +82,8 @@ class AnchorRecord:
         a = self.anchor
         if a is None:
             return None
-        flags = (_BARRIER if a.barrier else 0) | (_ORIGIN if a.origin else 0) | (_COARSE if a.coarse else 0)
+        flags = ((_BARRIER if a.barrier else 0) | (_ORIGIN if a.origin else 0) | (_COARSE if a.coarse else 0)
+                 | (_IMPORTED if a.imported else 0))
         if a.run:
             return struct.pack(">hqqhq", 1, a.upstream, a.downstream, flags, a.run)
         return struct.pack(">hqqh", 0, a.upstream, a.downstream, flags)
@@ -235,7 +236,8 @@ def decode(key: bytes, value: bytes | None) -> tuple[TopicPartition,
             return (topic, partition), AnchorRecord(topic, partition, slot, None)
         version, upstream, downstream, flags = struct.unpack_from(">hqqh", value)
         anchor = Anchor(upstream, downstream, barrier=bool(flags & _BARRIER), origin=bool(flags & _ORIGIN),
-                        coarse=bool(flags & _COARSE), run=struct.unpack_from(">q", value, 20)[0] if version >= 1 else 0)
+                        coarse=bool(flags & _COARSE), imported=bool(flags & _IMPORTED),
+                        run=struct.unpack_from(">q", value, 20)[0] if version >= 1 else 0)
         return (topic, partition), AnchorRecord(topic, partition, slot, anchor)
     if kind == _RELEASE:
         return (topic, partition), Release(None if value is None else struct.unpack_from(">q", value, 2)[0])

@@ -30,7 +30,8 @@ Invariants, each tested (tests/test_translation.py):
   N. MM2's rule on sampled syncs is never past T(U): T(U) - mm2(U) is the re-reads MM2 would cost;
   F. failback: no mirrored source offset lies between U and source_offset(T(U));
   P. thinning and pruning the anchors never change T(U) for a U still on the source.
-  C. in a bracket marked coarse (anchors.py C: the bound dropped a replay's barrier there) the answer is the
+  C. in a bracket marked coarse (anchors.py C: the bound dropped a replay's barrier there), or starting at an imported
+     anchor (anchors.py I: another mirror's copies, without provenance headers), the answer is the
      bracket's start, one past a copy of a record below U: never past T(U), marked inexact with why.
   L. in a bracket whose end anchor has a one-to-one run (anchors.py D) covering U-1 and U, T(U) is read off the
      run, without a read of the target, and equals what the search would find.
@@ -49,6 +50,7 @@ from mirrorflow.rules.offset_syncs import Position
 SCAN_WINDOW = 2_048  # below this many target offsets a bracket is read through rather than bisected
 COARSE_NOTE = ("more replays than mirrorflow.offset-syncs.anchors.max holds within the source's retention dropped an "
                "offset sync here")
+IMPORTED_NOTE = "copied by the mirror the flow took over from, which left an offset sync only every so often"
 
 
 Mirrors = list[tuple[int, int]]  # (target offset, source offset) of the mirrors a read returned, in order
@@ -178,10 +180,10 @@ def target_offsets_steps(syncs: PartitionSyncs, uppers: Iterable[int], readable:
             group = _on_the_run(syncs, anchors[i + 1], group, out)
             if not group:
                 continue
-        if anchors[i].coarse:
+        if anchors[i].coarse or anchors[i].imported:
             for u in group:
-                out[u] = _marked(syncs, u, lo, COARSE_NOTE + ": resumed just past the newest offset sync below "
-                                                            "(may re-read)", exact=False)
+                out[u] = _marked(syncs, u, lo, (IMPORTED_NOTE if anchors[i].imported else COARSE_NOTE)
+                                 + ": resumed just past the newest offset sync below (may re-read)", exact=False)
             continue
         if not readable:
             for u in group:
@@ -294,8 +296,10 @@ def source_offset_steps(syncs: PartitionSyncs, downstream: int, readable: bool =
             note = note or f"below the oldest offset sync kept (target offset {first.downstream})"
         return Translation(first.upstream, exact and first.origin, note)
     consumed = max(a.upstream for a in anchors[:j + 1])
-    if anchors[j].coarse:  # C: every term of `consumed` is still a consumed copy, so the answer never skips one
-        exact, note = False, note or COARSE_NOTE + ": resumed one past the newest copy known consumed (may re-read)"
+    if anchors[j].coarse or anchors[j].imported:  # C: every term of `consumed` is still a consumed copy, so the
+        # answer never skips one
+        exact, note = False, note or ((IMPORTED_NOTE if anchors[j].imported else COARSE_NOTE)
+                                      + ": resumed one past the newest copy known consumed (may re-read)")
     if readable:
         last = yield from _last_before(downstream, anchors[j].downstream + 1)
         if last is not None:

@@ -1,4 +1,4 @@
-"""Commands about a flow's stream: run it, its status and health, start, stop, reset."""
+"""Commands about a flow's stream: run it, its status and health, start, stop, reset, take it over, hand it back."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import logging
 import socket
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,12 @@ def add(sub: Any) -> None:
     add_json(p)
     p.set_defaults(run=cmd_reset)
 
+
+    _mirror_move(sub, "takeover", "--from", "take a stopped MirrorMaker 2's flow over where it stopped: no re-copy, "
+                 "no gap; prints the plan per partition first (exit 1 when it refuses)", cmd_takeover)
+    _mirror_move(sub, "handback", "--to", "give a stopped flow back to MirrorMaker 2 where mirrorflow stopped: MM2's "
+                 "offsets and offset syncs are written so that MM2 resumes there; the flow is recorded stopped",
+                 cmd_handback)
 
     p = sub.add_parser("start", help="record that a flow should run: its stream DAG starts it within a minute")
     p.add_argument("--flow", required=True, metavar="A->B")
@@ -204,6 +211,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mirror_move(sub: Any, name: str, mirror_flag: str, text: str, run: Callable[[argparse.Namespace], int]) -> None:
+    """A command that moves a flow between mirrorflow and another mirror (`--from` or `--to` it)."""
+    p = sub.add_parser(name, help=text)
+    p.add_argument("--flow", required=True, metavar="A->B")
+    p.add_argument(mirror_flag, dest="mirror", required=True, choices=["mm2"], help="the other mirror")
+    p.add_argument("--dry-run", action="store_true", help="show what it would do, change nothing")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
 def _reset_to(text: str) -> str | int:
     from mirrorflow.jobs import reset
 
@@ -247,6 +264,47 @@ def cmd_reset(args: argparse.Namespace) -> int:
     lines.append(f"the stream resumes there at its next start (mirrorflow start --flow {args.flow})")
     show([{"topic": m.topic, "partition": m.partition, "before": m.before, "after": m.after} for m in moves],
            args.json, "\n".join(lines))
+    return 0
+
+
+def cmd_takeover(args: argparse.Namespace) -> int:
+    from mirrorflow.jobs import takeover
+    from mirrorflow.kafka.link import FlowLink
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    link = FlowLink.of(load_config(args), args.flow)
+    planned = takeover.plan(link, args.mirror)
+    applied = planned.allowed and not args.dry_run
+    if applied:
+        takeover.apply(link, planned)
+    lines = planned.lines()
+    lines.append("refused: nothing was written" if not planned.allowed else "dry run: nothing was written"
+                 if args.dry_run else
+                 f"taken over: the stream resumes there at its next start (mirrorflow start --flow {args.flow}); "
+                 f"do not start {planned.mirror} on this flow again")
+    show({"flow": planned.flow, "mirror": planned.mirror, "stopped": list(planned.stopped), "running": planned.running,
+          "applied": applied,
+          "partitions": [{"topic": p.topic, "partition": p.partition, "committed": p.committed,
+                          "target_end": p.target_end, "resume": p.resume, "since_commit": p.since_commit,
+                          "repeats": p.repeats, "refused": p.refused} for p in planned.partitions]},
+         args.json, "\n".join(lines))
+    return 0 if planned.allowed else 1
+
+
+def cmd_handback(args: argparse.Namespace) -> int:
+    from mirrorflow.jobs import handback
+    from mirrorflow.kafka.link import FlowLink
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    planned = handback.handback(FlowLink.of(load_config(args), args.flow), args.mirror, args.dry_run)
+    lines = [f"flow {args.flow}: " + ("would hand back" if args.dry_run else "handed back") + " to MirrorMaker 2",
+             *(f"  {h.line()}" for h in planned),
+             "dry run: nothing was written" if args.dry_run else
+             "start MirrorMaker 2 on the same properties: it resumes there (mirrorflow's stream stays stopped)"]
+    show([{"topic": h.topic, "partition": h.partition, "position": h.position, "mm2_committed": h.mm2_committed,
+           "commit": h.commit, "syncs": len(h.syncs)} for h in planned], args.json, "\n".join(lines))
     return 0
 
 

@@ -1,0 +1,160 @@
+"""Taking over a flow another mirror ran: where mirrorflow resumes each source partition, from what that mirror
+recorded and what the target actually holds.
+
+MirrorMaker 2 commits, per source partition, the offset of the last record it copied (its Connect offsets topic),
+every `offset.flush.interval.ms`; it also writes an offset sync (upstream, downstream) now and then, after the
+record's copy was acknowledged. A mirror stopped uncleanly (and even a clean one, between commits) leaves copies on
+the target that no commit names. So the plan does not trust the commit: it reads the remote partition from the newest
+offset sync's downstream offset to its end (the *tail*) and matches it, record by record and by content (key, value,
+headers, timestamp), with the source from the sync's upstream offset on. The first source record without a copy in
+the tail is where mirrorflow resumes.
+
+Invariants (tests/test_takeover_plan.py):
+  K1. the tail's first record is the copy of the sync's upstream record, else the partition is refused (the remote
+      partition was re-created or truncated, or the sync is not this flow's);
+  K2. `resume` is one past the source record of the last in-order copy in the tail: nothing the old mirror copied is
+      copied again and nothing it did not copy is skipped;
+  K3. a tail record equal to an earlier copy (the old mirror's producer retried) is counted in `repeats`; any other
+      record refuses the partition, naming its target offset (another writer, or a source that changed);
+  K4. `resume` is never at or below the old mirror's committed offset unless the tail says so: a commit past the
+      last copy the tail holds refuses the partition (the target lost records the mirror had acknowledged);
+  K5. the anchors handed to the flow's state are in write order (upstream and downstream strictly increase), at most
+      `limit`, every one but the last marked `imported` (a bracket of the old mirror's copies: translated by MM2's
+      rule, never past the data), the last the exact anchor of the last copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mirrorflow.rules.anchors import Anchor
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """A record as a copy must keep it: its offset on its own side and a hash of key, value, headers, timestamp."""
+
+    offset: int
+    fingerprint: int
+
+
+@dataclass(frozen=True)
+class TailMatch:
+    """K1-K3 for one partition."""
+
+    resume: int  # the first source offset whose record the tail does not hold
+    last_copy: Anchor | None  # (source, target) offsets of the last in-order copy; None when the tail is empty
+    copies: int  # in-order copies in the tail
+    past_commit: int  # of them, copies of source offsets past the old mirror's committed one
+    one_to_one: int  # in-order copies ending at `last_copy` at consecutive offsets on both sides (anchors D)
+    repeats: int  # tail records that repeat an earlier copy
+    refused: str | None  # why the partition cannot be taken over; None when it can
+
+
+def match_tail(tail: Sequence[Content], source: Sequence[Content], source_next: int,
+               committed: int | None = None) -> TailMatch:
+    """Match the remote partition's `tail` (from the newest sync's downstream offset to its end) with the `source`
+    records from the sync's upstream offset on; `source_next` is the offset just past the last source record read
+    (where the next one would be, transaction markers and compaction holes included); `committed`: the old mirror's
+    committed source offset, None if none."""
+    if not tail:
+        return TailMatch(source[0].offset if source else source_next, None, 0, 0, 0, 0, None)
+    if not source or tail[0].fingerprint != source[0].fingerprint:
+        return TailMatch(source_next, None, 0, 0, 0, 0,
+                         f"target offset {tail[0].offset} does not hold the copy of source offset "
+                         f"{source[0].offset if source else source_next} the newest offset sync names (the remote "
+                         "partition was re-created or truncated, or the sync is not this flow's)")
+    seen: set[int] = set()
+    j = repeats = run = past = 0
+    last: Anchor | None = None
+    for record in tail:
+        if j < len(source) and record.fingerprint == source[j].fingerprint:
+            consecutive = last is not None and (source[j].offset, record.offset) == (last.upstream + 1,
+                                                                                     last.downstream + 1)
+            run = run + 1 if consecutive else 1
+            last = Anchor(source[j].offset, record.offset)
+            seen.add(record.fingerprint)
+            past += committed is None or source[j].offset > committed
+            j += 1
+        elif record.fingerprint in seen:
+            repeats += 1
+            run = 0  # a repeat sits between two copies: they are no longer one to one
+        else:
+            return TailMatch(source[j].offset if j < len(source) else source_next, last, j, past, 0, repeats,
+                             f"target offset {record.offset} holds a record that is neither the copy of the next "
+                             "source record nor a repeat of an earlier copy (another writer on the remote topic?)")
+    resume = source[j].offset if j < len(source) else source_next
+    return TailMatch(resume, last, j, past, run if run >= 2 else 0, repeats, None)
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    """What taking over one source partition does: read from the old mirror's state and the tail, changed nowhere."""
+
+    topic: str
+    partition: int
+    committed: int | None  # the old mirror's committed source offset (the last copied); None: none
+    sync: Anchor | None  # the newest offset sync of the old mirror; None: none
+    target_end: int  # the remote partition's end when the plan read it
+    resume: int  # where mirrorflow's stream resumes the partition
+    since_commit: int  # copies on the target past the committed offset (MM2 resumes there and would copy again)
+    repeats: int  # records the old mirror wrote twice (already on the target; nothing mirrorflow adds)
+    refused: str | None  # why this partition cannot be taken over; None when it can
+    anchors: tuple[Anchor, ...] = ()  # K5: what the flow's offset syncs start with
+
+    def line(self) -> str:
+        committed = "none" if self.committed is None else str(self.committed)
+        head = (f"{self.topic}-{self.partition}: committed {committed}, target end {self.target_end}, "
+                f"resume at {self.resume}")
+        if self.refused is not None:
+            return f"{head}: REFUSED: {self.refused}"
+        notes = [f"{self.since_commit} copied after the last commit (kept, not copied again)"] if self.since_commit \
+            else []
+        if self.repeats:
+            notes.append(f"{self.repeats} written twice by the old mirror (already on the target)")
+        return head + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def plan_partition(topic: str, partition: int, *, committed: int | None, syncs: Sequence[Anchor], target_end: int,
+                   match: TailMatch | None, fallback: int, limit: int) -> PartitionPlan:
+    """One partition's plan. `syncs`: the old mirror's offset syncs of the partition, any order; `match`: the tail
+    matched from the newest of them (None when there is none); `fallback`: where to resume a partition the old
+    mirror never copied (its target partition empty): the flow's `auto.offset.reset` resolved on the source."""
+    newest = max(syncs, key=lambda s: (s.downstream, s.upstream), default=None)
+
+    def refuse(why: str, resume: int) -> PartitionPlan:
+        return PartitionPlan(topic, partition, committed, newest, target_end, resume, 0, 0, why)
+
+    if newest is None or match is None:
+        if target_end > 0 and committed is not None:
+            return refuse("the target holds copies but the old mirror left no offset sync to match them from", 0)
+        if target_end > 0:
+            return refuse("the remote partition holds records but the old mirror recorded nothing of it", 0)
+        resume = fallback if committed is None else committed + 1
+        return PartitionPlan(topic, partition, committed, None, target_end, resume, 0, 0, None)
+    if match.refused is not None:
+        return refuse(match.refused, match.resume)
+    if committed is not None and committed >= match.resume:  # K4
+        return refuse(f"the old mirror committed source offset {committed} but the target's copies end before it "
+                      f"(at source offset {match.resume}): records it acknowledged are not on the target",
+                      match.resume)
+    return PartitionPlan(topic, partition, committed, newest, target_end, match.resume, match.past_commit,
+                         match.repeats, None, imported_anchors(syncs, match, limit))
+
+
+def imported_anchors(syncs: Sequence[Anchor], match: TailMatch, limit: int) -> tuple[Anchor, ...]:
+    """K5: the old mirror's syncs below the last copy, the newest first kept when there are more than `limit` - 1,
+    each marked imported, then the last copy's exact anchor (a barrier, with its one-to-one run)."""
+    last = match.last_copy
+    if last is None:
+        return ()
+    below = sorted({(s.upstream, s.downstream) for s in syncs if s.upstream < last.upstream
+                    and s.downstream < last.downstream})
+    chain: list[tuple[int, int]] = []
+    for u, d in reversed(below):  # newest first: each strictly below the one kept after it
+        if not chain or (u < chain[-1][0] and d < chain[-1][1]):
+            chain.append((u, d))
+    kept = list(reversed(chain[:max(0, limit - 1)]))
+    return (*(Anchor(u, d, imported=True) for u, d in kept),
+            Anchor(last.upstream, last.downstream, barrier=True, run=match.one_to_one))

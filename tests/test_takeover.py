@@ -1,0 +1,239 @@
+"""`mirrorflow takeover --from mm2` against a real MirrorMaker 2 (4.3.1, dedicated mode) mirroring under traffic.
+
+MM2 runs the flow with a consumer group being checkpointed, is killed (kill -9: copies past its last commit stay on
+the target); the takeover refuses while MM2 runs, plans, then writes the flow's positions; mirrorflow's stream goes
+on with the traffic. Every source record is then on the target once in order (MM2's own repeats aside, which the plan
+counts), and the group's checkpoint on the target is never behind MM2's and never past the data.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from mirrorflow.jobs.checkpoints import read_checkpoints
+from mirrorflow.model import config, paths
+from mirrorflow.spark import maven
+from support.clusters import PORTS
+from support.streams import QUIET, StreamProcess, create_topic, end_offsets, producer, read_partition, wait_for
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.java]
+ALPHA = f"127.0.0.1:{PORTS['alpha']}"
+BETA = f"127.0.0.1:{PORTS['beta']}"
+TOPIC, REMOTE, PARTITIONS, GROUP = "tk.orders", "tka.tk.orders", 3, "tk-app"
+
+
+class Traffic:
+    """Keyed records with unique values, a few hundred a second, until stopped."""
+
+    def __init__(self, first: int = 0) -> None:
+        self.sent = first
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        p = producer(ALPHA)
+        while not self._stop.is_set():
+            for _ in range(20):
+                p.produce(TOPIC, f"value-{self.sent}".encode(), f"key-{self.sent % 17}".encode(),
+                          partition=self.sent % PARTITIONS, headers=[("n", str(self.sent).encode())])
+                self.sent += 1
+            p.poll(0)
+            time.sleep(0.05)
+        p.flush(30)
+
+
+def _properties(work: Path) -> Path:
+    path = work / "mm2.properties"
+    path.write_text(f"""clusters = tka, tkb
+tka.bootstrap.servers = {ALPHA}
+tkb.bootstrap.servers = {BETA}
+tka->tkb.enabled = true
+tka->tkb.topics = tk\\\\..*
+groups = {GROUP}
+tasks.max = 1
+replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+checkpoints.topic.replication.factor = 1
+heartbeats.topic.replication.factor = 1
+offset.storage.replication.factor = 1
+status.storage.replication.factor = 1
+config.storage.replication.factor = 1
+sync.topic.acls.enabled = false
+refresh.groups.interval.seconds = 2
+refresh.topics.interval.seconds = 5
+emit.checkpoints.interval.seconds = 1
+tkb.offset.flush.interval.ms = 3000
+""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def mm2_jars(stream_clusters: config.MirrorConfig) -> Path:
+    return maven.fetch("mirror-maker", maven.MIRROR_MAKER, paths.jar_cache())
+
+
+def _mm2(jars: Path, props: Path, log: Path) -> subprocess.Popen[bytes]:
+    logging = props.parent / "mm2-log4j2.properties"
+    logging.write_text("rootLogger.level = INFO\nrootLogger.appenderRef.out.ref = out\nappender.out.type = Console\n"
+                       "appender.out.name = out\nappender.out.layout.type = PatternLayout\n"
+                       "appender.out.layout.pattern = %d %p %c{1}: %m%n\n")
+    with open(log, "wb") as out:
+        return subprocess.Popen(["java", "-Xmx512m", f"-Dlog4j2.configurationFile={logging}", "-cp",
+                                 maven.classpath(jars),
+                                 "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
+                                stdout=out, stderr=subprocess.STDOUT)
+
+
+def _cli(props: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(props), *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def _commit_group(per_partition: int) -> dict[int, int]:
+    """The group commits having read the first `per_partition` records of each partition."""
+    c = Consumer({"bootstrap.servers": ALPHA, "group.id": GROUP, "enable.auto.commit": False, **QUIET})
+    c.commit(offsets=[TopicPartition(TOPIC, p, per_partition) for p in range(PARTITIONS)], asynchronous=False)
+    c.close()
+    return dict.fromkeys(range(PARTITIONS), per_partition)
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("takeover")
+
+
+def test_a_flow_taken_over_from_a_killed_mm2_resumes_without_a_gap_or_a_re_copy(mm2_jars: Path, work: Path) -> None:
+    props = _properties(work)
+    create_topic(ALPHA, TOPIC, PARTITIONS)
+    traffic = Traffic()
+    traffic.start()
+    mm2 = _mm2(mm2_jars, props, work / "mm2.log")
+    stream = StreamProcess(props, "tka->tkb", work / "stream")
+    try:
+        wait_for(lambda: sum(end_offsets(BETA, REMOTE)) > 3_000 if REMOTE in _topics() else False, 180,
+                 "MM2's first copies")
+        committed_by_group = _commit_group(500)
+        wait_for(lambda: _mm2_checkpoints(), 120, "MM2's checkpoints of the group")
+        running = _cli(props, "takeover", "--flow", "tka->tkb", "--from", "mm2", "--dry-run")
+        assert running.returncode == 1 and "still running" in running.stdout, running.stdout + running.stderr
+        mm2.kill()
+        mm2.wait(30)
+        mm2_checkpoints = _mm2_checkpoints()
+        dry = running
+        deadline = time.monotonic() + 90
+        while dry.returncode == 1 and time.monotonic() < deadline:  # until its heartbeats and worker session lapse
+            time.sleep(3)
+            dry = _cli(props, "takeover", "--flow", "tka->tkb", "--from", "mm2", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        planned = json.loads(dry.stdout)
+        assert not planned["applied"] and planned["running"] is None
+        taken = _cli(props, "takeover", "--flow", "tka->tkb", "--from", "mm2", "--json")
+        assert taken.returncode == 0, taken.stdout + taken.stderr
+        plan = json.loads(taken.stdout)
+        print("takeover:", *plan["stopped"], *(f"{p['topic']}-{p['partition']}: committed {p['committed']}, end "
+                                               f"{p['target_end']}, resume {p['resume']}, past the commit "
+                                               f"{p['since_commit']}, repeats {p['repeats']}"
+                                               for p in plan["partitions"]), sep="\n  ")
+        assert plan["applied"]
+        ours = {(p["topic"], p["partition"]): p for p in plan["partitions"]}
+        assert all(p["refused"] is None for p in ours.values())
+        stream.start()
+        time.sleep(15)
+        traffic.stop()
+        source_ends = end_offsets(ALPHA, TOPIC)
+        wait_for(lambda: _copied(source_ends, {p: ours[(TOPIC, p)]["repeats"] for p in range(PARTITIONS)}), 240,
+                 "every source record on the target", stream)
+        for p in range(PARTITIONS):  # in order, once each, MM2's own repeats aside
+            source = [m.value() for m in read_partition(ALPHA, TOPIC, p)]
+            copies = _without_repeats([m.value() for m in read_partition(BETA, REMOTE, p)])
+            assert copies == source, f"partition {p}"
+        translated = _cli(props, "translate", "--group", GROUP, "--source", "tka", "--target", "tkb", "--json")
+        assert translated.returncode == 0, translated.stdout + translated.stderr
+        rows = {r["partition"]: r for r in json.loads(translated.stdout) if r["source_topic"] == TOPIC}
+        rounds = _cli(props, "checkpoint", "--flow", "tka->tkb")
+        assert rounds.returncode == 0, rounds.stdout + rounds.stderr
+        after = _checkpoints()
+        for p, offset in committed_by_group.items():
+            key = (GROUP, REMOTE, p)
+            exact = _exact_target_offset(p, offset)
+            assert rows[p]["target_offset"] <= exact  # never past the data
+            assert rows[p]["exact"] or "took over from" in rows[p]["note"], rows[p]
+            assert mm2_checkpoints[key] <= after[key] <= exact, (p, mm2_checkpoints[key], after[key], exact)
+
+        traffic = Traffic(first=traffic.sent)  # and back to MirrorMaker 2, under traffic again
+        traffic.start()
+        assert stream.stop() == 0
+        handed = _cli(props, "handback", "--flow", "tka->tkb", "--to", "mm2", "--json")
+        assert handed.returncode == 0, handed.stdout + handed.stderr
+        commits = {(h["topic"], h["partition"]): h["commit"] for h in json.loads(handed.stdout)}
+        assert all(commits[(TOPIC, p)] + 1 >= source_ends[p] for p in range(PARTITIONS))  # past what it copied
+        mm2 = _mm2(mm2_jars, props, work / "mm2-again.log")
+        time.sleep(20)
+        traffic.stop()
+        source_ends = end_offsets(ALPHA, TOPIC)
+        wait_for(lambda: _copied(source_ends, {p: ours[(TOPIC, p)]["repeats"] for p in range(PARTITIONS)}), 240,
+                 "every source record on the target again, copied by MirrorMaker 2")
+        time.sleep(5)  # anything MM2 would copy twice has landed by now
+        for p in range(PARTITIONS):  # no gap and nothing twice across both moves
+            values = [m.value() for m in read_partition(BETA, REMOTE, p)]
+            assert _without_repeats(values) == [m.value() for m in read_partition(ALPHA, TOPIC, p)], f"partition {p}"
+            assert len(values) - len(set(values)) == ours[(TOPIC, p)]["repeats"], f"partition {p}"
+    finally:
+        traffic.stop()
+        if mm2.poll() is None:
+            mm2.kill()
+            mm2.wait(30)
+        if stream.proc is not None and stream.proc.poll() is None:
+            stream.stop()
+
+
+def _topics() -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": BETA, **QUIET}).list_topics(timeout=10).topics)
+
+
+def _checkpoints() -> dict[tuple[str, str, int], int]:
+    found = read_checkpoints({"bootstrap.servers": BETA, **QUIET}, "tka.checkpoints.internal")
+    return {k: c.downstream_offset for k, c in found.items()}
+
+
+def _mm2_checkpoints() -> dict[tuple[str, str, int], int]:
+    found = _checkpoints()
+    return found if all((GROUP, REMOTE, p) in found for p in range(PARTITIONS)) else {}
+
+
+def _copied(source_ends: list[int], repeats: dict[int, int]) -> bool:
+    return all(n >= source_ends[p] + repeats[p] for p, n in enumerate(end_offsets(BETA, REMOTE)))
+
+
+def _without_repeats(values: list[bytes | None]) -> list[bytes | None]:
+    seen: set[bytes | None] = set()
+    out = []
+    for v in values:
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
+
+
+def _exact_target_offset(partition: int, upstream: int) -> int:
+    """One past the last copy of a record the group consumed (source offsets below `upstream`)."""
+    consumed = {m.value() for m in read_partition(ALPHA, TOPIC, partition)[:upstream]}
+    copies = read_partition(BETA, REMOTE, partition)
+    return 1 + max((m.offset() for m in copies if m.value() in consumed), default=-1)

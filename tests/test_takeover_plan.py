@@ -1,0 +1,119 @@
+"""rules/takeover: where a flow taken over from another mirror resumes, from the target's tail (K1-K5)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from mirrorflow.rules.anchors import Anchor, PartitionAnchors
+from mirrorflow.rules.offset_syncs import Position
+from mirrorflow.rules.takeover import Content, match_tail, plan_partition
+from mirrorflow.rules.translation import IMPORTED_NOTE, PartitionSyncs, target_offsets
+
+
+def _source(n: int, start: int = 0, holes: frozenset[int] = frozenset()) -> list[Content]:
+    """n records from `start`, skipping the offsets in `holes` (transaction markers, compaction)."""
+    out, offset = [], start
+    while len(out) < n:
+        if offset not in holes:
+            out.append(Content(offset, 1_000 + offset))
+        offset += 1
+    return out
+
+
+def _tail(copies: list[Content], at: int) -> list[Content]:
+    return [Content(at + i, c.fingerprint) for i, c in enumerate(copies)]
+
+
+def test_the_flow_resumes_just_past_the_last_copy_the_tail_holds_whatever_the_commit_says() -> None:
+    source = _source(50, start=100, holes=frozenset({120, 121}))  # a commit marker's offsets
+    for copied in (1, 7, 30, 50):
+        tail = _tail(source[:copied], at=4_000)
+        for committed in (None, 100, source[copied - 1].offset):
+            match = match_tail(tail, source, source_next=152, committed=committed)
+            assert match.refused is None
+            assert match.resume == (source[copied].offset if copied < 50 else 152)  # K2
+            assert match.last_copy == Anchor(source[copied - 1].offset, 4_000 + copied - 1)
+            assert match.past_commit == sum(1 for c in source[:copied] if committed is None or c.offset > committed)
+
+
+def test_a_tail_that_does_not_start_with_the_syncs_copy_is_refused() -> None:
+    source = _source(10, start=5)
+    match = match_tail(_tail(source[1:4], at=70), source, source_next=15)
+    assert match.refused is not None and "target offset 70" in match.refused  # K1
+
+
+def test_repeats_of_earlier_copies_are_counted_and_another_writers_record_refuses_naming_its_offset() -> None:
+    source = _source(10)
+    with_retry = [source[0], source[1], source[2], source[1], source[2], source[3]]  # a producer's retry
+    match = match_tail(_tail(with_retry, at=0), source, source_next=10)
+    assert (match.refused, match.resume, match.repeats, match.copies) == (None, 4, 2, 4)  # K3
+    assert match.one_to_one == 0  # the repeats sit between copies: no run ends at the last one
+    foreign = [source[0], source[1], Content(-1, 42), source[2]]
+    match = match_tail(_tail(foreign, at=500), source, source_next=10)
+    assert match.refused is not None and "target offset 502" in match.refused
+
+
+def test_a_commit_past_the_last_copy_on_the_target_is_refused() -> None:
+    source = _source(10)
+    match = match_tail(_tail(source[:3], at=0), source, source_next=10, committed=5)
+    plan = plan_partition("t", 0, committed=5, syncs=[Anchor(0, 0)], target_end=3, match=match, fallback=0, limit=8)
+    assert plan.refused is not None and "committed source offset 5" in plan.refused  # K4
+    assert "REFUSED" in plan.line()
+
+
+def test_a_partition_the_old_mirror_never_copied_resumes_at_the_fallback_or_past_its_commit() -> None:
+    plan = plan_partition("t", 1, committed=None, syncs=[], target_end=0, match=None, fallback=17, limit=8)
+    assert (plan.refused, plan.resume) == (None, 17)
+    refused = plan_partition("t", 1, committed=None, syncs=[], target_end=3, match=None, fallback=0, limit=8)
+    assert refused.refused is not None
+
+
+def test_imported_anchors_are_in_write_order_bounded_and_end_with_the_exact_last_copy() -> None:
+    rng = random.Random(7)
+    for _ in range(200):
+        n = rng.randint(5, 400)
+        source = _source(n, start=rng.randint(0, 1_000))
+        syncs, down = [], 10
+        for c in source[:-3]:
+            if rng.random() < 0.1:
+                syncs.append(Anchor(c.offset, down))
+            down += 1
+        newest = syncs[-1] if syncs else None
+        if newest is None:
+            continue
+        at = source.index(next(c for c in source if c.offset == newest.upstream))
+        copied = rng.randint(1, n - at)
+        match = match_tail(_tail(source[at:at + copied], at=newest.downstream), source[at:], source_next=10**6)
+        limit = rng.randint(2, 12)
+        plan = plan_partition("t", 0, committed=None, syncs=list(reversed(syncs)), target_end=newest.downstream
+                              + copied, match=match, fallback=0, limit=limit)
+        anchors = plan.anchors
+        assert 1 <= len(anchors) <= limit  # K5
+        assert all(a.upstream < b.upstream and a.downstream < b.downstream for a, b in itertools.pairwise(anchors))
+        assert all(a.imported for a in anchors[:-1]) and not anchors[-1].imported and anchors[-1].barrier
+        last = match.last_copy
+        assert last is not None and anchors[-1] == Anchor(last.upstream, last.downstream, barrier=True,
+                                                          run=match.one_to_one)
+        stored = PartitionAnchors(limit, 0, enumerate(anchors))
+        assert len(stored) == len(anchors)  # the flow's store keeps them as they are
+
+
+class _FlowCopies:
+    """The remote partition: the old mirror's copies (no provenance header) below 1,100, the flow's from there."""
+
+    def chunk(self, start: int, end: int) -> list[tuple[int, int]]:
+        return [(d, d - 1_000) for d in range(max(start, 1_100), end)]
+
+
+def test_a_group_in_the_old_mirrors_copies_translates_by_its_rule_and_one_past_the_last_copy_exactly() -> None:
+    # MM2 copied source 0..99 to target 1000..1099, syncs every 25; the flow took over at 100 and copied 100..119.
+    syncs = [Anchor(u, 1_000 + u, imported=True) for u in (0, 25, 50, 75)]
+    anchors = (*syncs, Anchor(99, 1_099, barrier=True, run=20), Anchor(100, 1_100, barrier=True), Anchor(119, 1_119))
+    partition = PartitionSyncs(anchors, Position("t", 0, 120, 1_120))
+    answers = target_offsets(partition, [30, 81, 90, 100, 110], _FlowCopies())
+    assert answers[30].offset == 1_026 and not answers[30].exact and IMPORTED_NOTE in answers[30].reason
+    assert answers[90].offset == 1_090 and answers[90].exact  # on the run the tail's match proved (anchors D)
+    assert answers[81].offset == 1_081 and answers[81].exact
+    assert answers[100].offset == 1_100 and answers[100].exact
+    assert answers[110].offset == 1_110 and answers[110].exact
