@@ -1,4 +1,5 @@
-"""DR runbooks, triggered by the person on call from the UI: fail consumer groups over to a mirror, and back.
+"""DR runbooks, triggered by the person on call from the UI: fail consumer groups over to a mirror, and back. (The
+same file holds `mirrorflow_takeover`, which moves a flow from another mirror onto mirrorflow: its own doc.)
 
 **Failover** (`mirrorflow_failover`): planned (the source is up: drain it, then move) or unplanned (the source
 is down: move to the newest checkpoints). **Failback** (`mirrorflow_failback`): when the original cluster is
@@ -139,5 +140,67 @@ def runbook_dag(kind: str) -> DAG:
     return dag
 
 
+TAKEOVER_FORM = {
+    "flow": Param(_FIRST.name if _FIRST else "", type="string",
+                  enum=[f.name for f in _CFG.enabled_flows] or [""], title="Flow",
+                  description="The flow the old mirror ran, as source->target"),
+    "mirror": Param("mm2", enum=["mm2", "mm1"], title="Old mirror", description="What ran the flow until now",
+                    values_display={"mm2": "MirrorMaker 2", "mm1": "MirrorMaker 1 or a Go mirror maker"}),
+    "group": Param("", type="string", title="Its consumer group (MirrorMaker 1)",
+                   description="MirrorMaker 1 or a Go mirror maker only: the consumer group it read the source with"),
+    **{k: COMMON[k] for k in ("dry_run", "require_approval", "rehearse_approval")},
+}
+
+
+def takeover_dag() -> DAG:
+    """`mirrorflow_takeover`: the plan, an approval, the takeover, the report (docs/migration.md)."""
+    with DAG(dag_id="mirrorflow_takeover", schedule=None, start_date=deployment.START, catchup=False,
+             max_active_runs=1, params=TAKEOVER_FORM, tags=["mirrorflow", "runbook", "takeover"],
+             default_args=deployment.TASK_DEFAULTS,
+             doc_md="Take a flow over from the MirrorMaker 2 (or MirrorMaker 1, Go mirror maker) that ran it, where "
+                    "it stopped: no record copied again, none skipped. Stop the old mirror first.\n\n"
+                    "1. `plan` reads only: how the old mirror is known to be stopped, and per partition its "
+                    "committed offset, the remote partition's end and where the stream resumes. A takeover that "
+                    "would be refused fails here.\n2. `approval` shows the plan and waits for Approve/Reject, if "
+                    "asked for.\n3. `apply` plans again and writes the flow's positions, unless a dry run; it "
+                    "refuses if a partition would resume elsewhere than approved.\n4. `report`: the plan and the "
+                    "outcome.\n\n`dry_run` is the default. Same steps as `mirrorflow takeover`.") as dag:
+
+        @task(task_id="DRY_RUN")
+        def dry_run_marker() -> str:
+            return scheduled.runbook_dry_run_marker(get_current_context()["params"])
+
+        @task(task_id="plan", execution_timeout=timedelta(minutes=10))
+        def plan() -> dict[str, Any]:
+            return scheduled.takeover_preflight(CONFIG, get_current_context()["params"])
+
+        @task.branch(task_id="needs_approval")
+        def needs_approval() -> str:
+            return "approval" if scheduled.runbook_asks_approval(get_current_context()["params"]) else "apply"
+
+        approval = ApprovalOperator(
+            task_id="approval", subject="mirrorflow takeover: approve the plan?",
+            body="{{ ti.xcom_pull(task_ids='plan')['approval_markdown'] }}", response_timeout=timedelta(hours=4))
+
+        @task(task_id="apply", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+        def apply(pre: dict[str, Any]) -> dict[str, Any]:
+            return scheduled.takeover_apply(CONFIG, pre)
+
+        @task(task_id="report")
+        def report(pre: dict[str, Any], applied: dict[str, Any]) -> dict[str, Any]:
+            return scheduled.takeover_report(pre, applied,
+                                             scheduled.runbook_approval_note(get_current_context()["params"]))
+
+        dry_run_marker()
+        pre: Any = plan()
+        gate = needs_approval()
+        applied: Any = apply(pre)
+        pre >> gate >> [approval, applied]
+        approval >> applied
+        report(pre, applied)
+    return dag
+
+
 failover = runbook_dag("failover")
 failback = runbook_dag("failback")
+takeover = takeover_dag()

@@ -83,7 +83,7 @@ def test_the_runbook_forms_say_what_each_field_means(airflow_home: Path, cluster
                              "switch_flows", "drain_timeout_s"}
     assert set(bag.dags["mirrorflow_failback"].params) == set(failover) - {"source", "target", "mode"} | {
         "original", "backup"}
-    for dag_id in ("mirrorflow_failover", "mirrorflow_failback", "mirrorflow_backfill",
+    for dag_id in ("mirrorflow_failover", "mirrorflow_failback", "mirrorflow_backfill", "mirrorflow_takeover",
                    "mirrorflow_control__alpha_to_beta"):
         form = bag.dags[dag_id].params
         for name in form:
@@ -95,10 +95,15 @@ def test_the_runbook_forms_say_what_each_field_means(airflow_home: Path, cluster
     assert failover.get_param("source").schema["enum"] == ["alpha", "beta", "gamma"]
     assert (failover["source"], failover["target"], failover["dry_run"]) == ("alpha", "beta", True)
     assert bag.dags["mirrorflow_control__alpha_to_beta"].params["reason"] is None
-    assert {d for d in bag.dags if d.startswith(("mirrorflow_failover", "mirrorflow_failback"))} == set(
-        scheduled.RUNBOOK_DAGS)  # the runbooks whose dry runs the scheduler's listener notes
+    assert {d for d in bag.dags if d.startswith(("mirrorflow_failover", "mirrorflow_failback", "mirrorflow_takeover"))
+            } == set(scheduled.RUNBOOK_DAGS)  # the runbooks whose dry runs the scheduler's listener notes
     assert [t.task_id for t in bag.dags["mirrorflow_failover"].topological_sort()] == [
         "DRY_RUN", "preflight", "needs_approval", "approval", "drain", "move_groups", "switch_flows", "report"]
+    takeover = bag.dags["mirrorflow_takeover"]
+    assert (takeover.params["flow"], takeover.params["mirror"], takeover.params["dry_run"]) == ("alpha->beta", "mm2",
+                                                                                                True)
+    assert [t.task_id for t in takeover.topological_sort()] == [
+        "DRY_RUN", "plan", "needs_approval", "approval", "apply", "report"]
 
 
 def test_each_flow_is_audited_over_the_hour_that_just_closed_and_the_backfill_form_is_described(

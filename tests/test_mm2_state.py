@@ -42,5 +42,7 @@ def test_mm2s_state_is_where_its_dedicated_mode_puts_it_unless_the_file_moves_it
                            "replication.policy.separator = _\n")
     names = mm2_state.MM2Names.of(cfg, cfg.flow("A->B"))
     assert names == mm2_state.MM2Names("A-mm2", "offsets-of-b", "mm2-offset-syncs_A_internal", True)
-    cfg = config.from_text(BASE + "offset.storage.topic = top\nB.offset.storage.topic = b-only\n")
-    assert mm2_state.MM2Names.of(cfg, cfg.flow("A->B")).offsets_topic == "top"  # the top-level key wins, as in MM2
+    cfg = config.from_text(BASE + "offset.storage.topic = top\nB.offset.storage.topic = b-only\ngroup.id = top-g\n"
+                           "B.group.id = b-g\n")
+    names = mm2_state.MM2Names.of(cfg, cfg.flow("A->B"))
+    assert (names.offsets_topic, names.worker_group) == ("top", "b-g")  # as MM2's workerConfig takes them

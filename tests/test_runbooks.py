@@ -27,7 +27,7 @@ from mirrorflow.kafka import clients, flow_lease
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
 from mirrorflow.status import metrics
-from support.airflow import deployment
+from support.airflow import run_dag
 from support.clusters import PORTS
 from support.streams import (
     QUIET,
@@ -178,23 +178,7 @@ def _consume(bootstrap: str, group: str, topics: list[str], limit: dict[tuple[st
 
 def _run_dag(dr: Deployment, dag_id: str, conf: dict[str, Any], only: str | None = None
              ) -> tuple[str, dict[str, str], dict[str, Any]]:
-    """dag.test() of a DAG (`only` that task and its upstream): the run's state, each task's state, and the report
-    task's result."""
-    from airflow.models.taskinstance import TaskInstance
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with deployment(dr.path) as bag:
-        assert bag.import_errors == {}
-        dag = bag.dags[dag_id] if only is None else bag.dags[dag_id].partial_subset(only)
-        run = dag.test(run_conf=conf)
-    with create_session() as session:
-        states = {ti.task_id: str(ti.state) for ti in
-                  session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run.run_id)}
-        rows = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run.run_id, task_id="report",
-                                                  key="return_value").all()
-        result = XComModel.deserialize_value(rows[0]) if rows else {}
-    return str(run.state), states, result
+    return run_dag(dr.path, dag_id, conf, only)
 
 
 # -- the stream's lifecycle ---------------------------------------------------------------------------

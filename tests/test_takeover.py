@@ -33,8 +33,8 @@ TOPIC, REMOTE, PARTITIONS, GROUP = "tk.orders", "tka.tk.orders", 3, "tk-app"
 class Traffic:
     """Keyed records with unique values, a few hundred a second, until stopped."""
 
-    def __init__(self, first: int = 0) -> None:
-        self.sent = first
+    def __init__(self, first: int = 0, topic: str = TOPIC) -> None:
+        self.sent, self.topic = first, topic
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -49,7 +49,7 @@ class Traffic:
         p = producer(ALPHA)
         while not self._stop.is_set():
             for _ in range(20):
-                p.produce(TOPIC, f"value-{self.sent}".encode(), f"key-{self.sent % 17}".encode(),
+                p.produce(self.topic, f"value-{self.sent}".encode(), f"key-{self.sent % 17}".encode(),
                           partition=self.sent % PARTITIONS, headers=[("n", str(self.sent).encode())])
                 self.sent += 1
             p.poll(0)
@@ -131,6 +131,7 @@ def test_a_flow_taken_over_from_a_killed_mm2_resumes_without_a_gap_or_a_re_copy(
         wait_for(lambda: _mm2_checkpoints(), 120, "MM2's checkpoints of the group")
         running = _cli(props, "takeover", "--flow", "tka->tkb", "--from", "mm2", "--dry-run")
         assert running.returncode == 1 and "still running" in running.stdout, running.stdout + running.stderr
+        assert "worker group tka-mm2 on tkb has 1 member(s)" in running.stdout  # a Connect group, seen as one
         mm2.kill()
         mm2.wait(30)
         mm2_checkpoints = _mm2_checkpoints()
@@ -160,8 +161,9 @@ def test_a_flow_taken_over_from_a_killed_mm2_resumes_without_a_gap_or_a_re_copy(
                  "every source record on the target", stream)
         for p in range(PARTITIONS):  # in order, once each, MM2's own repeats aside
             source = [m.value() for m in read_partition(ALPHA, TOPIC, p)]
-            copies = _without_repeats([m.value() for m in read_partition(BETA, REMOTE, p)])
-            assert copies == source, f"partition {p}"
+            values = [m.value() for m in read_partition(BETA, REMOTE, p)]
+            assert _without_repeats(values) == source, f"partition {p}"
+            assert len(values) - len(set(values)) == ours[(TOPIC, p)]["repeats"], f"partition {p}"
         translated = _cli(props, "translate", "--group", GROUP, "--source", "tka", "--target", "tkb", "--json")
         assert translated.returncode == 0, translated.stdout + translated.stderr
         rows = {r["partition"]: r for r in json.loads(translated.stdout) if r["source_topic"] == TOPIC}
@@ -237,3 +239,89 @@ def _exact_target_offset(partition: int, upstream: int) -> int:
     consumed = {m.value() for m in read_partition(ALPHA, TOPIC, partition)[:upstream]}
     copies = read_partition(BETA, REMOTE, partition)
     return 1 + max((m.offset() for m in copies if m.value() in consumed), default=-1)
+
+
+MM1_TOPIC, MM1_REMOTE, MM1_GROUP = "tk1.orders", "mka.tk1.orders", "mm1-stand-in"
+
+
+class MirrorMaker1:
+    """What MirrorMaker 1 or a Go mirror maker does, in a thread: a consumer group reads the source, a producer
+    writes each record to the same partition of a topic on the target (named with the source's alias first, as
+    `--prefix` does), and the group commits what it read every second once the writes are acknowledged. `crash`
+    stops it with copies past its last commit."""
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def crash(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        c = Consumer({"bootstrap.servers": ALPHA, "group.id": MM1_GROUP, "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", **QUIET})
+        c.subscribe([MM1_TOPIC])
+        p = producer(BETA)
+        committed_at = time.monotonic()
+        while not self._stop.is_set():
+            for m in c.consume(200, 0.2):
+                if m.error() is None:
+                    p.produce(MM1_REMOTE, m.value(), m.key(), partition=m.partition(), headers=m.headers(),
+                              timestamp=m.timestamp()[1])
+            p.poll(0)
+            if time.monotonic() - committed_at > 1.0:
+                p.flush(30)
+                c.commit(asynchronous=False)
+                committed_at = time.monotonic()
+            time.sleep(0.3)  # copies made after the last commit: 0.3 s of them at least
+        p.flush(30)  # acknowledged, never committed
+        c.close()
+
+
+def test_a_flow_taken_over_from_a_mirrormaker_1_group_resumes_without_a_gap_or_a_re_copy(
+        stream_clusters: config.MirrorConfig, work: Path) -> None:
+    props = work / "mm1.properties"
+    props.write_text(f"""clusters = mka, mkb
+mka.bootstrap.servers = {ALPHA}
+mkb.bootstrap.servers = {BETA}
+mka->mkb.enabled = true
+mka->mkb.topics = tk1\\..*
+replication.factor = 1
+offset-syncs.topic.replication.factor = 1
+""")
+    create_topic(ALPHA, MM1_TOPIC, PARTITIONS)
+    create_topic(BETA, MM1_REMOTE, PARTITIONS)
+    traffic = Traffic(topic=MM1_TOPIC)
+    traffic.start()
+    mm1 = MirrorMaker1()
+    mm1.start()
+    stream = StreamProcess(props, "mka->mkb", work / "mm1-stream")
+    try:
+        wait_for(lambda: sum(end_offsets(BETA, MM1_REMOTE)) > 3_000, 120, "the stand-in's first copies")
+        running = _cli(props, "takeover", "--flow", "mka->mkb", "--from", "mm1", "--group", MM1_GROUP, "--dry-run")
+        assert running.returncode == 1 and "still running" in running.stdout, running.stdout + running.stderr
+        mm1.crash()
+        taken = _cli(props, "takeover", "--flow", "mka->mkb", "--from", "mm1", "--group", MM1_GROUP, "--json")
+        assert taken.returncode == 0, taken.stdout + taken.stderr
+        plan = json.loads(taken.stdout)
+        assert plan["applied"] and all(p["refused"] is None for p in plan["partitions"])
+        assert sum(p["since_commit"] for p in plan["partitions"]) > 0  # copies past the group's last commit
+        stream.start()
+        time.sleep(15)
+        traffic.stop()
+        source_ends = end_offsets(ALPHA, MM1_TOPIC)
+        wait_for(lambda: all(n >= source_ends[p] for p, n in enumerate(end_offsets(BETA, MM1_REMOTE))), 240,
+                 "every source record on the target", stream)
+        time.sleep(3)
+        for p in range(PARTITIONS):  # in order, each once
+            assert [m.value() for m in read_partition(BETA, MM1_REMOTE, p)] == \
+                [m.value() for m in read_partition(ALPHA, MM1_TOPIC, p)], f"partition {p}"
+    finally:
+        traffic.stop()
+        mm1.crash()
+        if stream.proc is not None and stream.proc.poll() is None:
+            stream.stop()

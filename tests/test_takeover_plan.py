@@ -7,7 +7,7 @@ import random
 
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import Position
-from mirrorflow.rules.takeover import Content, match_tail, plan_partition
+from mirrorflow.rules.takeover import Content, find_last_copy, match_tail, plan_partition
 from mirrorflow.rules.translation import IMPORTED_NOTE, PartitionSyncs, target_offsets
 
 
@@ -32,15 +32,16 @@ def test_the_flow_resumes_just_past_the_last_copy_the_tail_holds_whatever_the_co
         for committed in (None, 100, source[copied - 1].offset):
             match = match_tail(tail, source, source_next=152, committed=committed)
             assert match.refused is None
-            assert match.resume == (source[copied].offset if copied < 50 else 152)  # K2
+            assert match.resume == source[copied - 1].offset + 1  # K2: never past an open transaction's start
             assert match.last_copy == Anchor(source[copied - 1].offset, 4_000 + copied - 1)
             assert match.past_commit == sum(1 for c in source[:copied] if committed is None or c.offset > committed)
 
 
-def test_a_tail_that_does_not_start_with_the_syncs_copy_is_refused() -> None:
+def test_a_tail_that_does_not_start_with_the_syncs_copy_or_is_empty_is_refused() -> None:
     source = _source(10, start=5)
     match = match_tail(_tail(source[1:4], at=70), source, source_next=15)
     assert match.refused is not None and "target offset 70" in match.refused  # K1
+    assert match_tail([], source, source_next=15).refused is not None  # the remote partition ends before the sync
 
 
 def test_repeats_of_earlier_copies_are_counted_and_another_writers_record_refuses_naming_its_offset() -> None:
@@ -117,3 +118,38 @@ def test_a_group_in_the_old_mirrors_copies_translates_by_its_rule_and_one_past_t
     assert answers[81].offset == 1_081 and answers[81].exact
     assert answers[100].offset == 1_100 and answers[100].exact
     assert answers[110].offset == 1_110 and answers[110].exact
+
+
+def test_without_a_sync_the_latest_copy_of_the_last_committed_record_that_the_tail_follows_stands_for_one() -> None:
+    source = _source(30, start=50)
+    committed = source[10]  # the group's last consumed record; the mirror copied 5 more before it stopped
+    older = _tail(source[:12], at=0)  # an earlier pass over the same records (a restart that re-copied)
+    window = [*older, *_tail(source[10:16], at=12)]
+    found = find_last_copy(window, source[10:], source_next=80, committed=committed.offset)
+    assert found is not None
+    sync, match = found
+    assert sync == Anchor(committed.offset, 12) and match.resume == source[16].offset  # K6, then K2
+    assert match.past_commit == 5
+    assert find_last_copy(window[:5], source[10:], source_next=80, committed=committed.offset) is None
+    other = [*window[:14], Content(14, 7), *window[15:]]  # after the last copy, a record that is no copy (K3)
+    assert find_last_copy(other, source[10:], source_next=80, committed=committed.offset) is None
+
+
+def test_thinning_a_store_that_starts_with_imported_anchors_keeps_them_a_prefix_and_the_last_copy() -> None:
+    rng = random.Random(3)
+    for _ in range(100):
+        imported = [Anchor(u, 1_000 + u, imported=True) for u in range(0, 10 * rng.randint(2, 7), 10)]
+        last = Anchor(imported[-1].upstream + 5, imported[-1].downstream + 5, barrier=True, run=5)
+        limit = rng.randint(len(imported) + 1, len(imported) + 6)
+        store = PartitionAnchors(limit, 0, enumerate([*imported, last]))
+        u, d = last.upstream + 1, last.downstream + 1
+        for _ in range(rng.randint(1, 60)):  # the stream's batches after the takeover, some of them replays
+            n = rng.randint(1, 30)
+            replay = rng.random() < 0.2
+            store.record_batch(Anchor(u, d), Anchor(u + n - 1, d + n - 1), replay=replay, fresh=False, records=n)
+            u, d = u + n, d + n
+            if rng.random() < 0.1:
+                store.prune_below(rng.randint(0, u // 3))
+            kinds = [a.imported for a in store.anchors]
+            assert kinds == sorted(kinds, reverse=True)  # I: every anchor before an imported one is imported
+            assert len(store) <= limit

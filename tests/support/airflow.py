@@ -28,3 +28,24 @@ def deployment(config_path: Path) -> Iterator[Any]:
             del os.environ["MIRRORFLOW_CONFIG"]
         else:
             os.environ["MIRRORFLOW_CONFIG"] = saved
+
+
+def run_dag(config_path: Path, dag_id: str, conf: dict[str, Any], only: str | None = None
+            ) -> tuple[str, dict[str, str], dict[str, Any]]:
+    """dag.test() of a DAG of the deployment (`only` that task and its upstream): the run's state, each task's state,
+    and the report task's result."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with deployment(config_path) as bag:
+        assert bag.import_errors == {}
+        dag = bag.dags[dag_id] if only is None else bag.dags[dag_id].partial_subset(only)
+        run = dag.test(run_conf=conf)
+    with create_session() as session:
+        states = {ti.task_id: str(ti.state) for ti in
+                  session.query(TaskInstance).filter_by(dag_id=dag_id, run_id=run.run_id)}
+        rows = session.query(XComModel).filter_by(dag_id=dag_id, run_id=run.run_id, task_id="report",
+                                                  key="return_value").all()
+        result = XComModel.deserialize_value(rows[0]) if rows else {}
+    return str(run.state), states, result

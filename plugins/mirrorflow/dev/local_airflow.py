@@ -155,7 +155,7 @@ def _call(method: str, path: str, body: Mapping[str, Any] | None = None, token: 
     request = urllib.request.Request(f"http://127.0.0.1:{port()}{path}", method=method, headers=headers,
                                      data=None if body is None else json.dumps(body).encode())
     try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
+        with urllib.request.urlopen(request, timeout=60) as reply:  # a loaded 2-core host: 30 s was once short
             text = reply.read()
             return reply.status, json.loads(text) if text else None
     except urllib.error.HTTPError as exc:

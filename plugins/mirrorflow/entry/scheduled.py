@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from mirrorflow.entry import deployment
 from mirrorflow.errors import MirrorflowError, OperationalError
-from mirrorflow.jobs import checkpoints, runbooks
+from mirrorflow.jobs import checkpoints, runbooks, takeover
 from mirrorflow.kafka import admin_sync, clients
 from mirrorflow.kafka.link import FlowLink
 from mirrorflow.model import config
@@ -245,7 +245,7 @@ def runbook_dry_run_marker(params: Mapping[str, Any]) -> str:
     return "dry run"
 
 
-RUNBOOK_DAGS = ("mirrorflow_failover", "mirrorflow_failback")
+RUNBOOK_DAGS = ("mirrorflow_failover", "mirrorflow_failback", "mirrorflow_takeover")
 DRY_RUN_BY_DEFAULT = True  # the runbook forms' default, and what a run triggered without `dry_run` in its conf does
 DRY_RUN_NOTE = "DRY RUN: nothing is changed; the mirrorflow report tab says what a real run would do"
 
@@ -299,3 +299,50 @@ def runbook_report(pre: Mapping[str, Any], drained: Mapping[str, Any] | None, mo
     result = runbooks.report(pre, drained, moved, switched, approval)
     log.info("\n%s", result["markdown"])
     return result
+
+
+def _takeover_plan(config_path: Path, params: Mapping[str, Any]) -> tuple[FlowLink, takeover.Takeover]:
+    link = FlowLink.of(_load(config_path), str(params.get("flow", "")).strip())
+    group = str(params.get("group") or "").strip() or None
+    return link, takeover.plan(link, str(params.get("mirror", "mm2")), group)
+
+
+@said_first
+def takeover_preflight(config_path: Path, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The takeover runbook's plan (reads only); fails naming why when the takeover is refused."""
+    _, planned = _takeover_plan(config_path, params)
+    log.info("\n%s", planned.markdown())
+    if not planned.allowed:
+        raise OperationalError(f"flow {planned.flow}: the takeover is refused: "
+                               + (planned.running or "; ".join(p.line() for p in planned.refused)))
+    rehearsal = ("**Rehearsal**: this is a dry run; approving or rejecting changes nothing.\n\n"
+                 if params.get("dry_run") else "")
+    return {"params": dict(params), "resumes": planned.resumes(), "markdown": planned.markdown(),
+            "approval_markdown": rehearsal + planned.markdown()}
+
+
+@said_first
+def takeover_apply(config_path: Path, pre: Mapping[str, Any]) -> dict[str, Any]:
+    """Plan again and apply, unless a dry run; refuses when the plan moved since it was approved (the old mirror ran
+    meanwhile)."""
+    params = pre["params"]
+    if params.get("dry_run"):
+        return {"applied": False, "markdown": "dry run: nothing was written"}
+    link, planned = _takeover_plan(config_path, params)
+    approved, now_planned = dict(pre["resumes"]), planned.resumes()
+    moved = {k: (approved.get(k), now_planned.get(k)) for k in sorted(approved.keys() | now_planned.keys())
+             if approved.get(k) != now_planned.get(k)}
+    if moved:
+        k, (was, now) = next(iter(moved.items()))
+        raise OperationalError(f"flow {planned.flow}: the plan changed since it was approved ({k} resumed at {was}, "
+                               f"now {now}: did the old mirror run again?); nothing was written, run the runbook "
+                               "again")
+    takeover.apply(link, planned)
+    return {"applied": True, "markdown": f"taken over: the stream resumes there at its next start; do not start "
+                                         f"{planned.mirror} on flow {planned.flow} again"}
+
+
+def takeover_report(pre: Mapping[str, Any], applied: Mapping[str, Any], approval: str) -> dict[str, Any]:
+    markdown = "\n\n".join([pre["markdown"], applied["markdown"], *([approval] if approval else [])])
+    log.info("\n%s", markdown)
+    return {"markdown": markdown, "applied": applied["applied"]}

@@ -55,12 +55,15 @@ def handback(link: FlowLink, mirror: str = "mm2", dry_run: bool = False) -> list
     state = mm2_state.worker_group_state(link.target_admin, names.worker_group, flow.target)
     if state is not None:
         raise OperationalError(f"flow {flow.name}: MirrorMaker 2 runs (its worker group {names.worker_group} on "
-                               f"{flow.target} is {state}): stop it before the hand-back, or it overwrites its "
+                               f"{flow.target} has {state}): stop it before the hand-back, or it overwrites its "
                                "offsets at its next flush")
     lease = link.lease()
     lease.acquire(wait_s=10.0)  # raises while mirrorflow's stream runs
     try:
         syncs = offset_sync_log.read(link.settings("target", "consumer"), link.syncs_topic)
+        if syncs.release is None:  # its last writes may still land past the positions read now
+            raise OperationalError(f"flow {flow.name}: its stream did not stop cleanly; start it again and stop it "
+                                   f"with `mirrorflow stop --flow {flow.name}`, then hand it back")
         counts, _ = admin_sync.partition_counts(link.target_admin, flow.target)
         committed = mm2_state.committed_offsets(link.settings("target", "consumer"), names.offsets_topic,
                                                 counts.get(names.offsets_topic, 0), flow.source)
@@ -111,5 +114,6 @@ def _write(link: FlowLink, names: mm2_state.MM2Names, plan: list[PartitionHandba
                                  partition=mm2_state.murmur2_partition(key, partitions), on_delivery=acked)
     unsent = sync_producer.flush(admin_sync.TIMEOUT_S) + offsets_producer.flush(admin_sync.TIMEOUT_S)
     if unsent or failed:
-        raise OperationalError(f"flow {flow.name}: the hand-back was not acknowledged ({failed[0] if failed else ''}"
-                               f"{unsent} unsent); run it again before starting MirrorMaker 2")
+        why = failed[0] if failed else f"{unsent} record(s) unsent"
+        raise OperationalError(f"flow {flow.name}: the hand-back was not acknowledged ({why}); run it again before "
+                               "starting MirrorMaker 2")

@@ -1,9 +1,12 @@
-"""`mirrorflow takeover --from mm2`: take a flow over from the MirrorMaker 2 that ran it, without a re-copy or a gap.
+"""`mirrorflow takeover --from mm2|mm1`: take a flow over from the mirror that ran it, without a re-copy or a gap.
 
-  1. the old mirror must be stopped, and the plan says how that is known: its worker group on the target has no
-     member, its newest heartbeat for the flow is older than STALE_S, and no remote partition grew for QUIET_S;
+  1. the old mirror must be stopped, and the plan says how that is known: MM2's worker group on the target has no
+     member and its newest heartbeat for the flow is older than STALE_S (MirrorMaker 1: its consumer group on the
+     source has no member), and no remote partition grew for QUIET_S;
   2. MM2's committed offsets and offset syncs (kafka/mm2_state), the remote partitions' ends, then every remote
      partition's tail from its newest sync and the source records after that sync (one consumer per side);
+     MirrorMaker 1: its group's committed offsets, and the copy of each partition's last consumed record searched
+     for in the remote partition's last WINDOW records (rules/takeover K6);
   3. a plan per partition (rules/takeover): where the stream resumes, copies past MM2's last commit, records MM2
      wrote twice; a partition that cannot be taken over refuses the whole takeover (nothing is written);
   4. unless a dry run: the flow's offset syncs get the positions (the next copy of each partition lands at its
@@ -20,8 +23,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import confluent_kafka
 import xxhash
-from confluent_kafka import Message
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, Message
 from confluent_kafka.admin import OffsetSpec
 
 from mirrorflow.errors import ConfigError, OperationalError
@@ -32,12 +36,15 @@ from mirrorflow.kafka.link import FlowLink
 from mirrorflow.rules import record_digest
 from mirrorflow.rules.anchors import Anchor
 from mirrorflow.rules.offset_syncs import AnchorRecord, Position
-from mirrorflow.rules.takeover import Content, PartitionPlan, TailMatch, match_tail, plan_partition
+from mirrorflow.rules.policy import is_heartbeats_topic
+from mirrorflow.rules.takeover import Content, PartitionPlan, TailMatch, find_last_copy, match_tail, plan_partition
 
 log = logging.getLogger(__name__)
 QUIET_S = 5.0  # the remote partitions' ends must hold still this long
 STALE_S = 10.0  # at least; three heartbeat intervals when those are longer
-MIRRORS = {"mm2": "MirrorMaker 2"}
+WINDOW = 100_000  # the remote partition's last records searched for the copy of a group's last consumed record
+LOOK_BACK = 64  # source offsets read below a group's offset to find its last consumed record past markers
+MIRRORS = {"mm2": "MirrorMaker 2", "mm1": "MirrorMaker 1 (or a Go mirror maker)"}
 _NULL = 0x9E3779B97F4A7C15
 TopicPartition = tuple[str, int]
 
@@ -57,6 +64,14 @@ class Takeover:
     @property
     def allowed(self) -> bool:
         return self.running is None and not self.refused
+
+    def resumes(self) -> dict[str, int]:
+        """Where each partition resumes, keyed `topic-partition`: what a person approves (a runbook's apply step
+        refuses a plan that changed since)."""
+        return {f"{p.topic}-{p.partition}": p.resume for p in self.partitions}
+
+    def markdown(self) -> str:
+        return "\n".join([f"### {self.lines()[0]}", "", *(f"- {line.strip()}" for line in self.lines()[1:])])
 
     def lines(self) -> list[str]:
         out = [f"flow {self.flow}: taking over from {self.mirror}"]
@@ -84,12 +99,17 @@ def fingerprint(m: Message) -> int:
                                               m.timestamp()[1]))
 
 
-def plan(link: FlowLink, mirror: str = "mm2", quiet_s: float = QUIET_S) -> Takeover:
-    """What taking the flow over would do; reads the clusters, changes nothing."""
+def plan(link: FlowLink, mirror: str = "mm2", group: str | None = None, quiet_s: float = QUIET_S,
+         window: int = WINDOW) -> Takeover:
+    """What taking the flow over would do; reads the clusters, changes nothing. `group`: the consumer group of a
+    MirrorMaker 1 or Go mirror maker (`mirror` mm1), whose committed offsets on the source say what it copied;
+    `window`: how many of each remote partition's last records are searched for the copy of its last committed
+    record."""
     if mirror not in MIRRORS:
         raise ConfigError(f"--from {mirror}: expected one of {', '.join(MIRRORS)}")
-    flow, names = link.flow, mm2_state.MM2Names.of(link.config, link.flow)
-    target_consumer = link.settings("target", "consumer")
+    if (mirror == "mm1") != (group is not None):
+        raise ConfigError("--group: the consumer group of the MirrorMaker 1 or Go mirror maker, with --from mm1 only")
+    flow = link.flow
     source_counts, _ = admin_sync.partition_counts(link.source_admin, flow.source)
     target_counts, _ = admin_sync.partition_counts(link.target_admin, flow.target)
     partitions = link.replicated_partitions(source_counts, heartbeats=True)
@@ -101,33 +121,54 @@ def plan(link: FlowLink, mirror: str = "mm2", quiet_s: float = QUIET_S) -> Takeo
                                   OffsetSpec.latest())  # type: ignore[no-untyped-call]
 
     before = ends()
-    stopped, running = _stopped(link, names, before, ends, quiet_s)
+    if group is None:
+        names = mm2_state.MM2Names.of(link.config, link.flow)
+        stopped, running = _mm2_stopped(link, names)
+    else:
+        stopped, running = _group_stopped(link, group)
+    if running is None:
+        running = _quiet(before, ends, quiet_s, stopped)
     target_ends = ends()
-    committed = mm2_state.committed_offsets(target_consumer, names.offsets_topic,
-                                            target_counts.get(names.offsets_topic, 0), flow.source)
-    syncs = mm2_state.offset_syncs(link.settings("target" if names.syncs_on_target else "source", "consumer"),
-                                   names.syncs_topic)
-    newest = {tp: max(s, key=lambda a: (a.downstream, a.upstream)) for tp, s in syncs.items() if s}
-    matches = _matches(link, partitions, remote, newest, target_ends, committed)
+    if group is None:
+        committed = mm2_state.committed_offsets(link.settings("target", "consumer"), names.offsets_topic,
+                                                target_counts.get(names.offsets_topic, 0), flow.source)
+        syncs = mm2_state.offset_syncs(link.settings("target" if names.syncs_on_target else "source", "consumer"),
+                                       names.syncs_topic)
+        newest = {tp: max(s, key=lambda a: (a.downstream, a.upstream)) for tp, s in syncs.items() if s}
+        matches = _matches(link, partitions, remote, newest, target_ends, committed)
+    else:
+        committed = _group_committed(link, group, partitions)
+        syncs, matches = _found(link, remote, committed, target_ends, window)
+        committed |= {tp: found[0].upstream for tp, found in syncs.items()}  # its last consumed record
     reset_to = link.source.client_config("consumer").get("auto.offset.reset", "earliest").strip().lower()
     fallback = admin_sync.offsets(link.source_admin, flow.source, partitions,
                                   OffsetSpec.latest() if reset_to == "latest"  # type: ignore[no-untyped-call]
                                   else OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     limit = flow.number("mirrorflow.offset-syncs.anchors.max")
-    plans = tuple(plan_partition(t, p, committed=committed.get((t, p)), syncs=syncs.get((t, p), []),
-                                 target_end=target_ends.get(remote[(t, p)], 0), match=matches.get((t, p)),
-                                 fallback=fallback[(t, p)], limit=limit) for t, p in partitions)
-    return Takeover(flow.name, MIRRORS[mirror], tuple(stopped), running, plans)
+    # MirrorMaker 1 never copied heartbeats: the flow's copies of them start at the source's end.
+    beats = [tp for tp in partitions if group is not None and is_heartbeats_topic(flow.policy, tp[0])]
+    beats_end = admin_sync.offsets(link.source_admin, flow.source, beats,
+                                   OffsetSpec.latest())  # type: ignore[no-untyped-call]
+    plans = [PartitionPlan(t, p, None, None, target_ends.get(remote[(t, p)], 0), beats_end[(t, p)], 0, 0, None)
+             for t, p in beats]
+    for t, p in (tp for tp in partitions if tp not in beats_end):
+        found = group is None or (t, p) not in committed or (t, p) in matches
+        plans.append(plan_partition(t, p, committed=committed.get((t, p)), syncs=syncs.get((t, p), []),
+                                    target_end=target_ends.get(remote[(t, p)], 0), match=matches.get((t, p)),
+                                    fallback=fallback[(t, p)], limit=limit) if found else
+                     PartitionPlan(t, p, committed[(t, p)], None, target_ends.get(remote[(t, p)], 0), 0, 0, 0,
+                                   f"the copy of source offset {committed[(t, p)]} (the group's last consumed "
+                                   f"record) is not among the remote partition's last {window} records"))
+    return Takeover(flow.name, MIRRORS[mirror], tuple(stopped), running, tuple(plans))
 
 
-def _stopped(link: FlowLink, names: mm2_state.MM2Names, before: Mapping[TopicPartition, int],
-             ends: Callable[[], dict[TopicPartition, int]], quiet_s: float) -> tuple[list[str], str | None]:
-    """How the old mirror is known to be stopped, and why it is not (None when it is)."""
+def _mm2_stopped(link: FlowLink, names: mm2_state.MM2Names) -> tuple[list[str], str | None]:
+    """How MirrorMaker 2 is known to be stopped, and why it is not (None when it is)."""
     flow = link.flow
     stopped: list[str] = []
     state = mm2_state.worker_group_state(link.target_admin, names.worker_group, flow.target)
     if state is not None:
-        return stopped, f"its worker group {names.worker_group} on {flow.target} is {state}; stop it first"
+        return stopped, f"its worker group {names.worker_group} on {flow.target} has {state}; stop it first"
     stopped.append(f"its worker group {names.worker_group} on {flow.target} has no member")
     beats = heartbeats.newest(link.settings("target", "consumer"), "heartbeats").get((flow.source, flow.target))
     stale_s = max(STALE_S, 3 * flow.number("emit.heartbeats.interval.seconds"))
@@ -138,42 +179,115 @@ def _stopped(link: FlowLink, names: mm2_state.MM2Names, before: Mapping[TopicPar
         stopped.append(f"its newest heartbeat {flow.source}->{flow.target} is {age:.0f} s old")
     else:
         stopped.append(f"no heartbeat {flow.source}->{flow.target} on {flow.target}")
+    return stopped, None
+
+
+def _group_stopped(link: FlowLink, group: str) -> tuple[list[str], str | None]:
+    """How a MirrorMaker 1 or Go mirror maker is known to be stopped: its consumer group on the source is empty."""
+    flow = link.flow
+    state = mm2_state.worker_group_state(link.source_admin, group, flow.source)
+    if state is not None:
+        return [], f"its consumer group {group} on {flow.source} has {state}; stop it first"
+    return [f"its consumer group {group} on {flow.source} has no member"], None
+
+
+def _quiet(before: Mapping[TopicPartition, int], ends: Callable[[], dict[TopicPartition, int]], quiet_s: float,
+           stopped: list[str]) -> str | None:
+    """None when no remote partition grows for `quiet_s` (said in `stopped`), else which one did."""
     time.sleep(quiet_s)
     after = ends()
     grown = [(tp, before.get(tp, 0), n) for tp, n in sorted(after.items()) if n != before.get(tp, 0)]
     if grown:
         (t, p), was, now = grown[0]
-        return stopped, f"remote partition {t}-{p} went from {was} to {now} records within {quiet_s:.0f} s"
+        return f"remote partition {t}-{p} went from {was} to {now} records within {quiet_s:.0f} s"
     stopped.append(f"no remote partition grew in {quiet_s:.0f} s")
-    return stopped, None
+    return None
+
+
+def _group_committed(link: FlowLink, group: str, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+    """The source offset of the last record the group consumed, per partition it committed (its offset - 1)."""
+    wanted = ConsumerGroupTopicPartitions(group, [confluent_kafka.TopicPartition(t, p) for t, p in partitions])
+    try:
+        answer = link.source_admin.list_consumer_group_offsets(
+            [wanted], request_timeout=admin_sync.TIMEOUT_S)[group].result(admin_sync.TIMEOUT_S)
+    except (KafkaException, TimeoutError) as exc:
+        why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
+        raise OperationalError(f"cannot read the offsets of consumer group {group} on {link.flow.source}: "
+                               f"{why}") from None
+    return {(tp.topic, tp.partition): tp.offset - 1 for tp in answer.topic_partitions or [] if tp.offset > 0}
 
 
 def _matches(link: FlowLink, partitions: Sequence[TopicPartition], remote: Mapping[TopicPartition, TopicPartition],
              newest: Mapping[TopicPartition, Anchor], target_ends: Mapping[TopicPartition, int],
              committed: Mapping[TopicPartition, int]) -> dict[TopicPartition, TailMatch]:
     """Each partition's tail (from its newest sync to its end) matched with the source after that sync."""
-    synced = [tp for tp in partitions if tp in newest]
-    spans = {remote[tp]: (newest[tp].downstream, target_ends.get(remote[tp], 0)) for tp in synced}
-    tails: dict[TopicPartition, list[Content]] = {tp: [] for tp in synced}
-    back = {r: tp for tp, r in remote.items()}
-    for m in read_to_ends(link.settings("target", "consumer"), list(spans), "remote partitions' tails", spans=spans):
-        tails[back[(m.topic() or "", m.partition() or 0)]].append(Content(m.offset() or 0, fingerprint(m)))
-    source: dict[TopicPartition, list[Content]] = {tp: [] for tp in synced}
-    source_next = {tp: newest[tp].upstream for tp in synced}
-    source_ends = admin_sync.offsets(link.source_admin, link.flow.source, synced,
+    starts = admin_sync.offsets(link.source_admin, link.flow.source, [tp for tp in partitions if tp in newest],
+                                OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+    gone = {tp: TailMatch(newest[tp].upstream, None, 0, 0, 0, 0,
+                          f"the source's log starts at {start}, past the newest offset sync's source offset "
+                          f"{newest[tp].upstream}: the records to match the target's copies with are deleted")
+            for tp, start in starts.items() if start > newest[tp].upstream}
+    synced = [tp for tp in partitions if tp in newest and tp not in gone]
+    tails = _target_records(link, remote, {tp: (newest[tp].downstream, target_ends.get(remote[tp], 0))
+                                           for tp in synced})
+    source, source_next = _source_records(link, {tp: newest[tp].upstream for tp in synced},
+                                          {tp: len(tails[tp]) for tp in synced})
+    return {**gone, **{tp: match_tail(tails[tp], source[tp], source_next[tp], committed.get(tp)) for tp in synced}}
+
+
+def _found(link: FlowLink, remote: Mapping[TopicPartition, TopicPartition], committed: Mapping[TopicPartition, int],
+           target_ends: Mapping[TopicPartition, int], window: int
+           ) -> tuple[dict[TopicPartition, list[Anchor]], dict[TopicPartition, TailMatch]]:
+    """K6 for every partition the group committed: the copy of its last consumed record in the remote partition's
+    last `window` records, as a sync, and the tail matched from there."""
+    ends = {tp: target_ends.get(remote[tp], 0) for tp in committed}
+    windows = _target_records(link, remote, {tp: (max(0, end - window), end) for tp, end in ends.items()})
+    # The group's offset minus one may be a transaction marker: read from a little before it and start at the last
+    # record below the offset.
+    source, source_next = _source_records(link, {tp: max(0, at - LOOK_BACK) for tp, at in committed.items()},
+                                          {tp: len(windows[tp]) + LOOK_BACK + 1 for tp in committed})
+    syncs, matches = {}, {}
+    for tp, at in committed.items():
+        below = [i for i, c in enumerate(source[tp]) if c.offset <= at]
+        if not below:
+            continue
+        found = find_last_copy(windows[tp], source[tp][below[-1]:], source_next[tp], source[tp][below[-1]].offset)
+        if found is not None:
+            syncs[tp], matches[tp] = [found[0]], found[1]
+    return syncs, matches
+
+
+def _target_records(link: FlowLink, remote: Mapping[TopicPartition, TopicPartition],
+                    spans: Mapping[TopicPartition, tuple[int, int]]) -> dict[TopicPartition, list[Content]]:
+    """The remote partitions' records in [start, end), by source partition, read with one consumer."""
+    on_target = {remote[tp]: span for tp, span in spans.items()}
+    back = {remote[tp]: tp for tp in spans}
+    out: dict[TopicPartition, list[Content]] = {tp: [] for tp in spans}
+    for m in read_to_ends(link.settings("target", "consumer"), list(on_target), "remote partitions' tails",
+                          spans=on_target):
+        out[back[(m.topic() or "", m.partition() or 0)]].append(Content(m.offset() or 0, fingerprint(m)))
+    return out
+
+
+def _source_records(link: FlowLink, starts: Mapping[TopicPartition, int], wanted: Mapping[TopicPartition, int]
+                    ) -> tuple[dict[TopicPartition, list[Content]], dict[TopicPartition, int]]:
+    """At least `wanted` source records of each partition from its start (fewer where the partition ends), as the
+    flow reads them, and the offset after the last one read."""
+    source: dict[TopicPartition, list[Content]] = {tp: [] for tp in starts}
+    source_next = dict(starts)
+    source_ends = admin_sync.offsets(link.source_admin, link.flow.source, list(starts),
                                      OffsetSpec.latest())  # type: ignore[no-untyped-call]
     isolation = "read_committed" if link.reads_committed else "read_uncommitted"
-    short = [tp for tp in synced if tails[tp]]
+    short = [tp for tp in starts if wanted[tp]]
     while short:  # a window at a time: transaction markers and compaction holes make offsets outrun records
-        spans = {tp: (source_next[tp], source_next[tp] + 2 * (len(tails[tp]) - len(source[tp])) + 64) for tp in short}
-        for m in read_to_ends(link.settings("source", "consumer"), short, "source records after the syncs",
-                              spans=spans, isolation=isolation):
-            tp = (m.topic() or "", m.partition() or 0)
-            source[tp].append(Content(m.offset() or 0, fingerprint(m)))
+        spans = {tp: (source_next[tp], source_next[tp] + 2 * (wanted[tp] - len(source[tp])) + 64) for tp in short}
+        for m in read_to_ends(link.settings("source", "consumer"), short, "source records", spans=spans,
+                              isolation=isolation):
+            source[(m.topic() or "", m.partition() or 0)].append(Content(m.offset() or 0, fingerprint(m)))
         for tp in short:
             source_next[tp] = min(spans[tp][1], source_ends.get(tp, 0))
-        short = [tp for tp in short if len(source[tp]) < len(tails[tp]) and source_next[tp] < source_ends.get(tp, 0)]
-    return {tp: match_tail(tails[tp], source[tp], source_next[tp], committed.get(tp)) for tp in synced}
+        short = [tp for tp in short if len(source[tp]) < wanted[tp] and source_next[tp] < source_ends.get(tp, 0)]
+    return source, source_next
 
 
 def apply(link: FlowLink, takeover: Takeover) -> None:

@@ -101,7 +101,11 @@ def read_to_ends(consumer_settings: Mapping[str, Any], partitions: Sequence[tupl
                         _done(consumer, ends, key)  # read to its end, or deleted since its watermarks were read
                     continue
                 progress = time.monotonic()  # only a partition still short of its end counts as progress
-                if (msg.offset() or 0) + 1 >= ends[key]:
+                offset = msg.offset() or 0
+                if offset >= ends[key]:  # past the end's markers or holes: not the read's
+                    _done(consumer, ends, key)
+                    continue
+                if offset + 1 >= ends[key]:
                     _done(consumer, ends, key)
                 yield msg
     except KafkaException as exc:

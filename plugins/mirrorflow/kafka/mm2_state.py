@@ -20,13 +20,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
 from mirrorflow.errors import OperationalError
 from mirrorflow.kafka import admin_sync
 from mirrorflow.kafka.internal_log import read_to_ends
-from mirrorflow.model.config import Flow, MirrorConfig
+from mirrorflow.model.config import Flow, MirrorConfig, Setting
 from mirrorflow.rules import policy, wire
 from mirrorflow.rules.anchors import Anchor
 
@@ -49,29 +49,32 @@ class MM2Names:
         source, target = flow.source, flow.target
         target_settings = config.cluster(target).settings
 
-        def worker_key(key: str, default: str) -> str:
-            given = config.top_level.get(key) or target_settings.get(key)
+        def worker_key(given: Setting | None, default: str) -> str:
             return given.value.strip() if given is not None else default
 
         on_target = flow.value("offset-syncs.topic.location").strip().lower() == "target"
-        return cls(worker_key("group.id", f"{source}-mm2"),
-                   worker_key("offset.storage.topic", f"mm2-offsets.{source}.internal"),
+        # MM2's workerConfig: the target's keys, then the top-level worker keys over them (offset.storage.*, not
+        # group.id, which only the target's prefix sets).
+        return cls(worker_key(target_settings.get("group.id"), f"{source}-mm2"),
+                   worker_key(config.top_level.get("offset.storage.topic") or target_settings.get(
+                       "offset.storage.topic"), f"mm2-offsets.{source}.internal"),
                    policy.offset_syncs_topic(flow.policy, source if on_target else target), on_target)
 
 
 def worker_group_state(admin: AdminClient, group: str, cluster: str) -> str | None:
-    """How MM2's worker group on its target stands when it has members ("stable", "preparing rebalance", ...), None
-    when it has none (empty, dead or never there). A Connect group is not a consumer group, so it is listed, not
-    described."""
+    """Who is in a group on `cluster` when anyone is ("3 members: host, ..."), None when nobody is (empty, dead or
+    never there). Kafka's group metadata request answers for any protocol: MM2's worker group is a Connect group,
+    which the consumer-group admin calls skip. Fails closed: an OperationalError when the cluster does not answer."""
     try:
-        listed = admin.list_consumer_groups(request_timeout=admin_sync.TIMEOUT_S).result(admin_sync.TIMEOUT_S)
-    except (KafkaException, TimeoutError) as exc:
-        why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
-        raise OperationalError(f"cannot list the groups of {cluster}: {why}") from None
-    for g in listed.valid:
-        if g.group_id == group and g.state not in (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD):
-            return str(g.state.name).lower().replace("_", " ")
-    return None
+        listed = admin.list_groups(group, timeout=admin_sync.TIMEOUT_S)
+    except KafkaException as exc:
+        raise OperationalError(f"cannot tell whether group {group} on {cluster} has members: "
+                               f"{exc.args[0].str()}") from None
+    members = [m for g in listed if g.id == group for m in g.members]
+    if not members:
+        return None
+    hosts = ", ".join(sorted({str(m.client_host).lstrip("/") for m in members}))
+    return f"{len(members)} member(s): {hosts}"
 
 
 def offset_key(source: str, topic: str, partition: int) -> bytes:

@@ -181,7 +181,6 @@ CONNECT_NOT_USED = "a Kafka Connect worker key: mirrorflow runs no Connect worke
 TAKEOVER_ONLY: dict[str, str] = {
     "offset.storage.topic": "where MirrorMaker 2 committed its source offsets (default mm2-offsets.{source}.internal "
                             "on the target)",
-    "group.id": "MirrorMaker 2's worker group on the target (default {source}-mm2), whose members mean it still runs",
 }
 
 # Client keys that apply to every client of a cluster when written as `{alias}.{key}` or at top level

@@ -9,9 +9,13 @@ offset sync's downstream offset to its end (the *tail*) and matches it, record b
 headers, timestamp), with the source from the sync's upstream offset on. The first source record without a copy in
 the tail is where mirrorflow resumes.
 
+A mirror that leaves no offset sync (MirrorMaker 1, a Go mirror maker) commits its consumer group's offsets on the
+source: the copy of the group's last consumed record is found in the remote partition's last records (K6), and the
+tail is matched from there.
+
 Invariants (tests/test_takeover_plan.py):
   K1. the tail's first record is the copy of the sync's upstream record, else the partition is refused (the remote
-      partition was re-created or truncated, or the sync is not this flow's);
+      partition was re-created or truncated, or the sync is not this flow's); an empty tail is refused too;
   K2. `resume` is one past the source record of the last in-order copy in the tail: nothing the old mirror copied is
       copied again and nothing it did not copy is skipped;
   K3. a tail record equal to an earlier copy (the old mirror's producer retried) is counted in `repeats`; any other
@@ -20,7 +24,9 @@ Invariants (tests/test_takeover_plan.py):
       last copy the tail holds refuses the partition (the target lost records the mirror had acknowledged);
   K5. the anchors handed to the flow's state are in write order (upstream and downstream strictly increase), at most
       `limit`, every one but the last marked `imported` (a bracket of the old mirror's copies: translated by MM2's
-      rule, never past the data), the last the exact anchor of the last copy.
+      rule, never past the data), the last the exact anchor of the last copy;
+  K6. without a sync, the copy that stands for one is the latest copy of the last committed record after which the
+      window matches the source (K1-K3); none in the window refuses the partition.
 """
 
 from __future__ import annotations
@@ -59,7 +65,9 @@ def match_tail(tail: Sequence[Content], source: Sequence[Content], source_next: 
     (where the next one would be, transaction markers and compaction holes included); `committed`: the old mirror's
     committed source offset, None if none."""
     if not tail:
-        return TailMatch(source[0].offset if source else source_next, None, 0, 0, 0, 0, None)
+        return TailMatch(source[0].offset if source else source_next, None, 0, 0, 0, 0,
+                         "the remote partition holds no record at or after the copy the newest offset sync names "
+                         "(re-created or truncated since)")
     if not source or tail[0].fingerprint != source[0].fingerprint:
         return TailMatch(source_next, None, 0, 0, 0, 0,
                          f"target offset {tail[0].offset} does not hold the copy of source offset "
@@ -84,8 +92,26 @@ def match_tail(tail: Sequence[Content], source: Sequence[Content], source_next: 
             return TailMatch(source[j].offset if j < len(source) else source_next, last, j, past, 0, repeats,
                              f"target offset {record.offset} holds a record that is neither the copy of the next "
                              "source record nor a repeat of an earlier copy (another writer on the remote topic?)")
-    resume = source[j].offset if j < len(source) else source_next
-    return TailMatch(resume, last, j, past, run if run >= 2 else 0, repeats, None)
+    assert last is not None  # tail[0] matched source[0]
+    # One past the last copy, not the next record read: what lies between is no record to copy (markers, compaction
+    # holes), and past the last one read an open transaction may begin.
+    return TailMatch(last.upstream + 1, last, j, past, run if run >= 2 else 0, repeats, None)
+
+
+def find_last_copy(window: Sequence[Content], source: Sequence[Content], source_next: int,
+                   committed: int) -> tuple[Anchor, TailMatch] | None:
+    """For a mirror that leaves no offset sync (MirrorMaker 1, a Go mirror maker): its consumer group's last committed
+    record, `source[0]` at offset `committed`, is looked for in the remote partition's `window` (its last records),
+    the latest copy first; the first whose following records match the source (K1-K3) stands for the sync. Returns
+    that (committed, target offset) pair and the match, or None when no copy in the window does."""
+    if not source or source[0].offset != committed:
+        return None
+    for i in range(len(window) - 1, -1, -1):
+        if window[i].fingerprint == source[0].fingerprint:
+            match = match_tail(window[i:], source, source_next, committed)
+            if match.refused is None:
+                return Anchor(committed, window[i].offset), match
+    return None
 
 
 @dataclass(frozen=True)
@@ -98,7 +124,7 @@ class PartitionPlan:
     sync: Anchor | None  # the newest offset sync of the old mirror; None: none
     target_end: int  # the remote partition's end when the plan read it
     resume: int  # where mirrorflow's stream resumes the partition
-    since_commit: int  # copies on the target past the committed offset (MM2 resumes there and would copy again)
+    since_commit: int  # source offsets past the committed one already on the target (the old mirror would copy again)
     repeats: int  # records the old mirror wrote twice (already on the target; nothing mirrorflow adds)
     refused: str | None  # why this partition cannot be taken over; None when it can
     anchors: tuple[Anchor, ...] = ()  # K5: what the flow's offset syncs start with
@@ -109,8 +135,8 @@ class PartitionPlan:
                 f"resume at {self.resume}")
         if self.refused is not None:
             return f"{head}: REFUSED: {self.refused}"
-        notes = [f"{self.since_commit} copied after the last commit (kept, not copied again)"] if self.since_commit \
-            else []
+        notes = [f"{self.since_commit} source offsets copied after the last commit (kept, not copied again)"] \
+            if self.since_commit else []
         if self.repeats:
             notes.append(f"{self.repeats} written twice by the old mirror (already on the target)")
         return head + (f" ({'; '.join(notes)})" if notes else "")
@@ -139,7 +165,8 @@ def plan_partition(topic: str, partition: int, *, committed: int | None, syncs: 
         return refuse(f"the old mirror committed source offset {committed} but the target's copies end before it "
                       f"(at source offset {match.resume}): records it acknowledged are not on the target",
                       match.resume)
-    return PartitionPlan(topic, partition, committed, newest, target_end, match.resume, match.past_commit,
+    since = match.resume - (committed + 1) if committed is not None else match.past_commit
+    return PartitionPlan(topic, partition, committed, newest, target_end, match.resume, since,
                          match.repeats, None, imported_anchors(syncs, match, limit))
 
 

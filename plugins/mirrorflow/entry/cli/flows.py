@@ -77,11 +77,13 @@ def add(sub: Any) -> None:
     p.set_defaults(run=cmd_reset)
 
 
-    _mirror_move(sub, "takeover", "--from", "take a stopped MirrorMaker 2's flow over where it stopped: no re-copy, "
-                 "no gap; prints the plan per partition first (exit 1 when it refuses)", cmd_takeover)
-    _mirror_move(sub, "handback", "--to", "give a stopped flow back to MirrorMaker 2 where mirrorflow stopped: MM2's "
-                 "offsets and offset syncs are written so that MM2 resumes there; the flow is recorded stopped",
-                 cmd_handback)
+    p = _mirror_move(sub, "takeover", "--from", ["mm2", "mm1"], "take a flow over from a stopped MirrorMaker 2 (or "
+                     "MirrorMaker 1, Go mirror maker) where it stopped: no re-copy, no gap; prints the plan per "
+                     "partition first (exit 1 when it refuses)", cmd_takeover)
+    p.add_argument("--group", help="with --from mm1: the consumer group the old mirror consumed the source with")
+    _mirror_move(sub, "handback", "--to", ["mm2"], "give a stopped flow back to MirrorMaker 2 where mirrorflow "
+                 "stopped: MM2's offsets and offset syncs are written so that MM2 resumes there; the flow is recorded "
+                 "stopped", cmd_handback)
 
     p = sub.add_parser("start", help="record that a flow should run: its stream DAG starts it within a minute")
     p.add_argument("--flow", required=True, metavar="A->B")
@@ -211,14 +213,16 @@ def cmd_stop(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mirror_move(sub: Any, name: str, mirror_flag: str, text: str, run: Callable[[argparse.Namespace], int]) -> None:
+def _mirror_move(sub: Any, name: str, mirror_flag: str, mirrors: list[str], text: str,
+                 run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
     """A command that moves a flow between mirrorflow and another mirror (`--from` or `--to` it)."""
-    p = sub.add_parser(name, help=text)
+    p: argparse.ArgumentParser = sub.add_parser(name, help=text)
     p.add_argument("--flow", required=True, metavar="A->B")
-    p.add_argument(mirror_flag, dest="mirror", required=True, choices=["mm2"], help="the other mirror")
+    p.add_argument(mirror_flag, dest="mirror", required=True, choices=mirrors, help="the other mirror")
     p.add_argument("--dry-run", action="store_true", help="show what it would do, change nothing")
     add_json(p)
     p.set_defaults(run=run)
+    return p
 
 
 def _reset_to(text: str) -> str | int:
@@ -274,7 +278,7 @@ def cmd_takeover(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     link = FlowLink.of(load_config(args), args.flow)
-    planned = takeover.plan(link, args.mirror)
+    planned = takeover.plan(link, args.mirror, args.group)
     applied = planned.allowed and not args.dry_run
     if applied:
         takeover.apply(link, planned)
