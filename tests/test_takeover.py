@@ -277,8 +277,12 @@ class MirrorMaker1:
                 p.flush(30)
                 c.commit(asynchronous=False)
                 committed_at = time.monotonic()
-            time.sleep(0.3)  # copies made after the last commit: 0.3 s of them at least
-        p.flush(30)  # acknowledged, never committed
+            time.sleep(0.3)
+        for m in c.consume(200, 5.0):  # copies made after the last commit: acknowledged, never committed
+            if m.error() is None:
+                p.produce(MM1_REMOTE, m.value(), m.key(), partition=m.partition(), headers=m.headers(),
+                          timestamp=m.timestamp()[1])
+        p.flush(30)
         c.close()
 
 

@@ -138,11 +138,21 @@ def topic_ids(admin: AdminClient, cluster: str, topics: Sequence[str]) -> dict[s
     return {name: str(d.topic_id) for name, d in described.items() if d is not None}
 
 
+# A broker that just restarted drops the first connection a request used (a transport failure, or its handle
+# decommissioned while it left the metadata): asked again for this long before the cluster counts as unreachable.
+RECONNECT_S = 3.0
+_RECONNECTING = (KafkaError._TRANSPORT, KafkaError._DESTROY_BROKER)
+
+
 def _metadata(admin: AdminClient, cluster: str) -> Any:
-    try:
-        return admin.list_topics(timeout=TIMEOUT_S)
-    except KafkaException as exc:
-        raise OperationalError(f"cluster {cluster} unreachable: {exc.args[0].str()}") from None
+    deadline = time.monotonic() + RECONNECT_S
+    while True:
+        try:
+            return admin.list_topics(timeout=TIMEOUT_S)
+        except KafkaException as exc:
+            if exc.args[0].code() not in _RECONNECTING or time.monotonic() >= deadline:
+                raise OperationalError(f"cluster {cluster} unreachable: {exc.args[0].str()}") from None
+        time.sleep(0.5)
 
 
 def replication_factor(wanted: int, brokers: int, where: str) -> int:
