@@ -85,15 +85,26 @@ FORMS = {
 }
 
 
+def _dry_run_and_approval(subject: str, summary_task: str) -> ApprovalOperator:
+    """A runbook's DRY_RUN marker and its approval step (shown the `summary_task`'s approval markdown)."""
+
+    @task(task_id="DRY_RUN")
+    def dry_run_marker() -> str:
+        return scheduled.runbook_dry_run_marker(get_current_context()["params"])
+
+    dry_run_marker()
+    return ApprovalOperator(task_id="approval", subject=subject,
+                            body=f"{{{{ ti.xcom_pull(task_ids='{summary_task}')['approval_markdown'] }}}}",
+                            response_timeout=timedelta(hours=4))
+
+
 def runbook_dag(kind: str) -> DAG:
     with DAG(dag_id=f"mirrorflow_{kind}", schedule=None, start_date=deployment.START, catchup=False,
              max_active_runs=1, doc_md=__doc__, params=FORMS[kind],
              tags=["mirrorflow", deployment.ON_CALL_TAG, "runbook", kind],
              default_args=deployment.TASK_DEFAULTS) as dag:
 
-        @task(task_id="DRY_RUN")
-        def dry_run_marker() -> str:
-            return scheduled.runbook_dry_run_marker(get_current_context()["params"])
+        approval = _dry_run_and_approval(f"mirrorflow {kind}: approve the preflight summary?", "preflight")
 
         @task(task_id="preflight", execution_timeout=timedelta(minutes=5))
         def preflight() -> dict[str, Any]:
@@ -103,10 +114,6 @@ def runbook_dag(kind: str) -> DAG:
         def needs_approval() -> str:
             params = get_current_context()["params"]
             return "approval" if scheduled.runbook_asks_approval(params) else "drain"
-
-        approval = ApprovalOperator(
-            task_id="approval", subject=f"mirrorflow {kind}: approve the preflight summary?",
-            body="{{ ti.xcom_pull(task_ids='preflight')['approval_markdown'] }}", response_timeout=timedelta(hours=4))
 
         @task(task_id="drain", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
         def drain(pre: dict[str, Any]) -> dict[str, Any]:
@@ -128,7 +135,6 @@ def runbook_dag(kind: str) -> DAG:
             return scheduled.runbook_report(pre, drained, moved, switched, approved)
 
         # Each call gives the step's XComArg, which Airflow hands the next step as its result: typed Any here.
-        dry_run_marker()
         pre: Any = preflight()
         gate = needs_approval()
         drained: Any = drain(pre)
@@ -166,9 +172,7 @@ def takeover_dag() -> DAG:
                     "refuses if a partition would resume elsewhere than approved.\n4. `report`: the plan and the "
                     "outcome.\n\n`dry_run` is the default. Same steps as `mirrorflow takeover`.") as dag:
 
-        @task(task_id="DRY_RUN")
-        def dry_run_marker() -> str:
-            return scheduled.runbook_dry_run_marker(get_current_context()["params"])
+        approval = _dry_run_and_approval("mirrorflow takeover: approve the plan?", "plan")
 
         @task(task_id="plan", execution_timeout=timedelta(minutes=10))
         def plan() -> dict[str, Any]:
@@ -177,10 +181,6 @@ def takeover_dag() -> DAG:
         @task.branch(task_id="needs_approval")
         def needs_approval() -> str:
             return "approval" if scheduled.runbook_asks_approval(get_current_context()["params"]) else "apply"
-
-        approval = ApprovalOperator(
-            task_id="approval", subject="mirrorflow takeover: approve the plan?",
-            body="{{ ti.xcom_pull(task_ids='plan')['approval_markdown'] }}", response_timeout=timedelta(hours=4))
 
         @task(task_id="apply", trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
         def apply(pre: dict[str, Any]) -> dict[str, Any]:
@@ -191,7 +191,6 @@ def takeover_dag() -> DAG:
             return scheduled.takeover_report(pre, applied,
                                              scheduled.runbook_approval_note(get_current_context()["params"]))
 
-        dry_run_marker()
         pre: Any = plan()
         gate = needs_approval()
         applied: Any = apply(pre)
