@@ -68,3 +68,26 @@ def test_a_killed_holder_on_this_host_is_replaced_at_once_and_a_stopped_one_hold
             for stream in (p.stdout, p.stderr):
                 if stream is not None:
                     stream.close()
+
+
+def test_a_lease_consumer_that_does_not_join_again_after_a_loss_is_replaced_and_the_lease_regained(
+        local_clusters: config.MirrorConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    link = FlowLink.of(local_clusters, local_clusters.flow("alpha->beta"))
+    link.ensure_syncs_topic()
+    admin = clients.admin(local_clusters.cluster("beta"))
+    lease = link.lease()
+    lease.acquire()
+    try:
+        first = lease.member_id
+        stuck = lease._consumer
+        assert stuck is not None
+        stuck.unsubscribe()  # lost, and never joining again: what a coordinator's restart once left
+        lease.held, lease.lost = False, True
+        monkeypatch.setattr(flow_lease, "REJOIN_AFTER_S", 2.0)
+        began = time.monotonic()
+        lease.regain()
+        assert lease.held and not lease.lost and time.monotonic() - began < 30
+        assert lease.member_id != first
+        assert flow_lease.holders(admin, link.name) and lease.keep()
+    finally:
+        lease.release()

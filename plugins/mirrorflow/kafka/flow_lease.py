@@ -84,6 +84,7 @@ CONFIRMED_FOR_S = 1.0  # W1: how long a confirmation of the lease lets a writer 
 DELIVERY_TIMEOUT_MS = 20_000  # W2: message.timeout.ms of every producer writing the flow's target
 TAKEOVER_WAIT_S = CONFIRMED_FOR_S + DELIVERY_TIMEOUT_MS / 1000 + 4.0  # W3, with a margin for clocks and I/O
 FENCED_TAKEOVER_WAIT_S = CONFIRMED_FOR_S + 2.0  # W3 where every write is transactional, with a margin
+REJOIN_AFTER_S = 4 * SESSION_TIMEOUT_MS / 1000  # a lease consumer not joined again by then is replaced
 
 
 class FlowLease:
@@ -113,6 +114,19 @@ class FlowLease:
         except BaseException:
             self.release()
             raise
+        consumer = self._join()
+        # A member of another host that said it left (L2) is listed until its session expires, and the group
+        # assigns nothing before: the join waits that long at least.
+        deadline = time.monotonic() + max(wait_s, SESSION_TIMEOUT_MS / 1000 + 5 if lingering else 0)
+        while not self.held and time.monotonic() < deadline:
+            consumer.poll(0.2)
+        if not self.held:
+            self.release()
+            raise OperationalError(f"flow {self.flow} is already running elsewhere (consumer group "
+                                   f"{self.group} holds its lease); stop that instance first")
+        log.info("flow %s: lease held (group %s)", self.flow, self.group)
+
+    def _join(self) -> Consumer:
         consumer = Consumer({**self._consumer_settings, "group.id": self.group, "enable.auto.commit": False,
                              "session.timeout.ms": SESSION_TIMEOUT_MS, "heartbeat.interval.ms": 1000,
                              "group.instance.id": self.instance_id,  # L1
@@ -124,16 +138,7 @@ class FlowLease:
         self._consumer = consumer
         consumer.subscribe([self.topic], on_assign=self._assigned, on_revoke=self._revoked,
                            on_lost=self._revoked)
-        # A member of another host that said it left (L2) is listed until its session expires, and the group
-        # assigns nothing before: the join waits that long at least.
-        deadline = time.monotonic() + max(wait_s, SESSION_TIMEOUT_MS / 1000 + 5 if lingering else 0)
-        while not self.held and time.monotonic() < deadline:
-            consumer.poll(0.2)
-        if not self.held:
-            self.release()
-            raise OperationalError(f"flow {self.flow} is already running elsewhere (consumer group "
-                                   f"{self.group} holds its lease); stop that instance first")
-        log.info("flow %s: lease held (group %s)", self.flow, self.group)
+        return consumer
 
     @property
     def own_ids(self) -> tuple[str, ...]:
@@ -182,6 +187,7 @@ class FlowLease:
         assert consumer is not None
         admin: AdminClient | None = None
         next_check = time.monotonic() + 5
+        rejoin_at = time.monotonic() + REJOIN_AFTER_S
         while not self.held:
             self._fatal = self._fatal or _fatal_error(consumer.poll(0.5))
             if self._fatal is not None:  # this consumer never joins again
@@ -197,12 +203,22 @@ class FlowLease:
             except OperationalError as exc:  # the target still cannot tell: keep waiting
                 log.info("%s; waiting", exc)
                 admin = None  # a client that had no answer may never have one (see describe)
-                continue
-            other = taken_over_by([(m.member_id, m.group_instance_id, m.host, bool(m.assignment.topic_partitions))
-                                   for m in members], self.instance_id, (*self._own_ids, consumer.memberid() or ""))
-            if other is not None:
-                raise LeaseTakenOver(f"flow {self.flow}: another instance on {other} took over "
-                                     f"(consumer group {self.group}); this one stops")
+                members = None
+            if members is not None:
+                other = taken_over_by([(m.member_id, m.group_instance_id, m.host,
+                                        bool(m.assignment.topic_partitions)) for m in members],
+                                      self.instance_id, (*self._own_ids, consumer.memberid() or ""))
+                if other is not None:
+                    raise LeaseTakenOver(f"flow {self.flow}: another instance on {other} took over "
+                                         f"(consumer group {self.group}); this one stops")
+            if time.monotonic() > rejoin_at:
+                # A consumer that lost its partition across a coordinator's restart was seen not to join again
+                # (the group's describe failing for minutes): a new one joins under the same static id (L1).
+                log.warning("flow %s: the lease consumer has not joined again in %.0f s; joining with a new one",
+                            self.flow, REJOIN_AFTER_S)
+                self._close_consumer(consumer)
+                consumer = self._join()
+                rejoin_at = time.monotonic() + REJOIN_AFTER_S
         self.lost = False
         log.info("flow %s: lease held again", self.flow)
 
@@ -220,13 +236,16 @@ class FlowLease:
             except KafkaException as exc:  # saying so is best effort; the session's expiry frees it too
                 log.debug("flow %s: saying the lease is released: %s", self.flow, exc)
             finally:
-                try:
-                    consumer.close()
-                except KafkaException as exc:
-                    log.debug("flow %s: closing the lease consumer: %s", self.flow, exc)
+                self._close_consumer(consumer)
         if self._host_lock is not None:
             self._host_lock.release()
             self._host_lock = None
+
+    def _close_consumer(self, consumer: Consumer) -> None:
+        try:
+            consumer.close()
+        except KafkaException as exc:
+            log.debug("flow %s: closing the lease consumer: %s", self.flow, exc)
 
     def _committed(self, error: Any, _partitions: list[TopicPartition]) -> None:
         self._left_said = self._left_said or error is None
@@ -439,7 +458,7 @@ def describe(admin: AdminClient, flow: str, timeout_s: float = 15.0) -> GroupDes
             description = future.result(timeout=wait)
             return GroupDescription(description.state == ConsumerGroupState.STABLE, list(description.members))
         except (KafkaException, TimeoutError) as exc:
-            why = exc.args[0].str() if isinstance(exc, KafkaException) else "no answer"
+            why = f"{exc.args[0].name()}: {exc.args[0].str()}" if isinstance(exc, KafkaException) else "no answer"
             if time.monotonic() >= deadline or isinstance(exc, TimeoutError):
                 raise OperationalError(f"flow {flow}: cannot tell who holds its lease (consumer group {group}): "
                                        f"{why}") from None
