@@ -7,7 +7,7 @@ import random
 
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import Position
-from mirrorflow.rules.takeover import Content, find_last_copy, match_tail, plan_partition
+from mirrorflow.rules.takeover import Content, attribute, find_last_copy, match_tail, plan_partition
 from mirrorflow.rules.translation import IMPORTED_NOTE, PartitionSyncs, target_offsets
 
 
@@ -153,3 +153,23 @@ def test_thinning_a_store_that_starts_with_imported_anchors_keeps_them_a_prefix_
             kinds = [a.imported for a in store.anchors]
             assert kinds == sorted(kinds, reverse=True)  # I: every anchor before an imported one is imported
             assert len(store) <= limit
+
+
+def test_an_old_mirrors_copies_are_attributed_by_content_as_written_repeats_and_skips_included() -> None:
+    rng = random.Random(7)
+    source = _source(300, start=40, holes=frozenset({90, 91, 200}))
+    for _ in range(200):  # a mirror that rewinds to an earlier commit now and then, and skips a record or two
+        written, i = [], 0
+        while i < len(source):
+            written.append(source[i].offset)
+            roll = rng.random()
+            i = max(0, i - rng.randint(1, 20)) if roll < 0.03 else i + 2 if roll < 0.05 else i + 1
+        prints = {c.offset: c.fingerprint for c in source}
+        assert attribute([prints[o] for o in written], source) == written  # K7
+    assert attribute([5, 1_040, 6], source) == [None, 40, None]  # equal to no source record: none
+
+
+def test_copies_of_equal_records_are_attributed_in_order_from_the_cursor() -> None:
+    source = [Content(o, 7 if o % 2 else 8) for o in range(10)]  # two contents, alternating
+    assert attribute([8, 7, 8, 7, 8, 7], source) == [0, 1, 2, 3, 4, 5]
+    assert attribute([8, 8, 7], source) == [0, 2, 3]  # offset 1 was skipped

@@ -11,6 +11,9 @@ and compares them there (jobs/audit_tally). Only one PartitionAudit per range re
   R3  A copy is attributed by its last provenance header from the flow's source; that header is this hop's only when
       it is the last one, and then it is left out of the copy's headers (a copy with anything after it differs).
       Copies of other topics are not the range's; copies of another partition of the topic are counted unexpected.
+      A record with no provenance header of the flow's source (a copy by the mirror the flow took over from, or
+      that takes over from it) is attributed by content (rules/takeover K7); one equal to no source record of the
+      span is not the range's.
   R4  Records deleted on either side while they are read are not there: a read resumes at the log start (a log
       that now ends before the read's next offset fails the task: truncated or re-created since the plan).
   R5  A read that brings nothing for STALL_S fails the task (Spark tries it again), naming the partition.
@@ -35,7 +38,8 @@ from mirrorflow.jobs.audit_tally import NULL_FIELD, Side, Tally, compare
 from mirrorflow.jobs.ranges import SourceRange
 from mirrorflow.kafka import readers
 from mirrorflow.kafka.internal_log import fetched
-from mirrorflow.rules import provenance, record_digest
+from mirrorflow.rules import provenance, record_digest, takeover
+from mirrorflow.rules.takeover import Content
 
 STALL_S = 120.0
 SPAN_MAX = 4_000_000
@@ -87,7 +91,7 @@ def audit_range(spec: AuditSpec, source: Consumer, target: Consumer, r: SourceRa
     for start in range(r.start, r.end, SPAN_MAX):
         end = min(r.end, start + SPAN_MAX)
         records, refused = _source_side(spec, source, replace(r, start=start, end=end))
-        copies, misplaced = (_copies(spec, target, r, start, end) if r.target_floor is not None
+        copies, misplaced = (_copies(spec, target, r, start, end, records) if r.target_floor is not None
                              else (Side.empty(), 0))
         tally.unexpected += misplaced if start == r.start else 0
         compare(tally, records, refused, copies, start, end)
@@ -109,23 +113,32 @@ def _source_side(spec: AuditSpec, consumer: Consumer, r: SourceRange) -> tuple[S
     return Side.join(parts), (np.concatenate(refused) if refused else np.zeros(0, bool))
 
 
-def _copies(spec: AuditSpec, consumer: Consumer, r: SourceRange, start: int, end: int) -> tuple[Side, int]:
+def _copies(spec: AuditSpec, consumer: Consumer, r: SourceRange, start: int, end: int, source: Side
+            ) -> tuple[Side, int]:
     """R3: the remote partition's records from the floor on that this flow's provenance attributes to offsets
-    [start, end) of `r`, and how many name another partition of its topic."""
+    [start, end) of `r` (those without one by content, against `source`: the span's records), and how many name
+    another partition of its topic."""
     assert r.target_floor is not None
     hop_start = provenance.prefix(spec.source)
     topic_start = provenance.prefix(spec.source, r.topic)
     skip = len(topic_start)
     parts: list[Side] = []
+    unlabelled: list[Side] = []  # in target order
     misplaced = 0
     for ms, at in _read(consumer, r.remote, r.partition, r.target_floor, None, spec.target):
         kept: list[Message] = []
         kept_at: list[int] = []
         offsets: list[int] = []
         own: list[list[tuple[str, bytes | None]] | None] = []
+        other: list[Message] = []
+        other_at: list[int] = []
+        other_headers: list[list[tuple[str, bytes | None]] | None] = []
         for m, m_at in zip(ms, at, strict=True):
             headers = _headers(m)
             if not headers or headers is _UNREADABLE:
+                other.append(m)
+                other_at.append(m_at)
+                other_headers.append(headers)
                 continue
             last = len(headers) - 1
             key, value = headers[last]
@@ -135,6 +148,9 @@ def _copies(spec: AuditSpec, consumer: Consumer, r: SourceRange, start: int, end
                 found = next((i for i in range(last, -1, -1) if headers[i][0] == provenance.HEADER
                               and (v := headers[i][1]) is not None and v.startswith(hop_start)), None)
                 if found is None:
+                    other.append(m)
+                    other_at.append(m_at)
+                    other_headers.append(headers)
                     continue
                 hop, value = found, headers[found][1]
                 assert value is not None
@@ -156,7 +172,27 @@ def _copies(spec: AuditSpec, consumer: Consumer, r: SourceRange, start: int, end
             own.append(headers[:hop] if hop == last else headers)
         if kept:
             parts.append(_side(kept, offsets, kept_at, r.partition, own))
+        if other:
+            unlabelled.append(_side(other, [-1] * len(other), other_at, r.partition, other_headers))
+    if unlabelled:
+        parts.append(_by_content(Side.join(unlabelled), source))
     return Side.join(parts), misplaced
+
+
+def _by_content(copies: Side, source: Side) -> Side:
+    """R3: the copies equal to a record of `source`, as copies of it (rules/takeover K7)."""
+    prints = _fingerprints(source.fields)
+    found = takeover.attribute(_fingerprints(copies.fields).tolist(),
+                               [Content(int(o), int(f)) for o, f in zip(source.offsets, prints, strict=True)])
+    kept = np.fromiter((o is not None for o in found), bool, len(found))
+    offsets = np.array([o for o in found if o is not None], np.int64)
+    return Side(offsets, copies.fields[kept], copies.partitions[kept], copies.at[kept])
+
+
+def _fingerprints(fields: np.ndarray) -> np.ndarray:
+    """One number a row of field hashes (what a copy keeps: key, value, headers, timestamp)."""
+    rows = np.ascontiguousarray(fields)
+    return np.fromiter((_xxh64(row.tobytes()) for row in rows), np.uint64, len(rows))
 
 
 _UNREADABLE: list[tuple[str, bytes | None]] = []

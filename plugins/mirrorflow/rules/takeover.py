@@ -26,11 +26,16 @@ Invariants (tests/test_takeover_plan.py):
       `limit`, every one but the last marked `imported` (a bracket of the old mirror's copies: translated by MM2's
       rule, never past the data), the last the exact anchor of the last copy;
   K6. without a sync, the copy that stands for one is the latest copy of the last committed record after which the
-      window matches the source (K1-K3); none in the window refuses the partition.
+      window matches the source (K1-K3); none in the window refuses the partition;
+  K7. a copy the old mirror wrote (no provenance header) is attributed by content: to the source record at the
+      cursor (one past the last attributed) if equal, else the first equal one after it (records between were
+      skipped), else the latest equal one before it (a repeat); a copy equal to no source record is attributed to
+      none. So a gap-free copy with repeats is attributed exactly as it was written.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -185,3 +190,22 @@ def imported_anchors(syncs: Sequence[Anchor], match: TailMatch, limit: int) -> t
     kept = list(reversed(chain[:max(0, limit - 1)]))
     return (*(Anchor(u, d, imported=True) for u, d in kept),
             Anchor(last.upstream, last.downstream, barrier=True, run=match.one_to_one))
+
+
+def attribute(copies: Sequence[int], source: Sequence[Content]) -> list[int | None]:
+    """K7: the source offset each copy (by fingerprint, in target order) is the copy of, None for none; `source`
+    in offset order."""
+    at: dict[int, list[int]] = {}
+    for record in source:
+        at.setdefault(record.fingerprint, []).append(record.offset)
+    out: list[int | None] = []
+    cursor: int | None = None
+    for fingerprint in copies:
+        offsets = at.get(fingerprint)
+        if offsets is None:
+            out.append(None)
+            continue
+        i = 0 if cursor is None else bisect_left(offsets, cursor)
+        cursor = (offsets[i] if i < len(offsets) else offsets[-1]) + 1
+        out.append(cursor - 1)
+    return out
