@@ -431,14 +431,10 @@ def stream_status() -> dict[str, float]:
             "source_consumer_inits": s["source-consumer-inits"], "reading_tasks": s["reading-tasks"]}
 
 
-def run_mm2(jars: Path, work: Path, alias: str, topics: list[str], records: int, extra: str = "",
-            latency_topic: str | None = None, idle_s: float = 0.0, source: str = f"127.0.0.1:{SRC}",
-            target: str = f"127.0.0.1:{DST}", tuning: dict[str, str] | None = None,
-            payloads: list[bytes] | None = None) -> dict[str, float]:
-    """One dedicated MirrorMaker 2 from source `alias` (a new remote topic per run) to dst, MM2_TUNING (`tuning`
-    replacing or adding keys) and `extra`."""
-    props = work / f"mm2-{alias}.properties"
-    props.write_text(f"""clusters = {alias}, dst
+def mm2_properties(alias: str, topics: list[str], source: str = f"127.0.0.1:{SRC}",
+                   target: str = f"127.0.0.1:{DST}") -> str:
+    """A dedicated MirrorMaker 2 from `alias` to dst on single-broker clusters, without its tuning."""
+    return f"""clusters = {alias}, dst
 {alias}.bootstrap.servers = {source}
 dst.bootstrap.servers = {target}
 {alias}->dst.enabled = true
@@ -451,7 +447,17 @@ offset.storage.replication.factor = 1
 status.storage.replication.factor = 1
 config.storage.replication.factor = 1
 sync.topic.acls.enabled = false
-{mm2_tuning(alias, tuning)}{extra}""")
+"""
+
+
+def run_mm2(jars: Path, work: Path, alias: str, topics: list[str], records: int, extra: str = "",
+            latency_topic: str | None = None, idle_s: float = 0.0, source: str = f"127.0.0.1:{SRC}",
+            target: str = f"127.0.0.1:{DST}", tuning: dict[str, str] | None = None,
+            payloads: list[bytes] | None = None) -> dict[str, float]:
+    """One dedicated MirrorMaker 2 from source `alias` (a new remote topic per run) to dst, MM2_TUNING (`tuning`
+    replacing or adding keys) and `extra`."""
+    props = work / f"mm2-{alias}.properties"
+    props.write_text(mm2_properties(alias, topics, source, target) + mm2_tuning(alias, tuning) + extra)
     with open(work / f"mm2-{alias}.log", "wb") as log:
         # 12 tasks each with a consumer and a producer: 1 GiB of heap runs out of memory.
         proc = subprocess.Popen(["java", "-Xmx2g", "-cp", f"{jars}/lib/*",
