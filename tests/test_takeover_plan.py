@@ -7,7 +7,7 @@ import random
 
 from mirrorflow.rules.anchors import Anchor, PartitionAnchors
 from mirrorflow.rules.offset_syncs import Position
-from mirrorflow.rules.takeover import Content, attribute, find_last_copy, match_tail, plan_partition
+from mirrorflow.rules.takeover import Content, attribute, find_last_copy, match_tail, plan_partition, thinned
 from mirrorflow.rules.translation import IMPORTED_NOTE, PartitionSyncs, target_offsets
 
 
@@ -118,6 +118,24 @@ def test_a_group_in_the_old_mirrors_copies_translates_by_its_rule_and_one_past_t
     assert answers[81].offset == 1_081 and answers[81].exact
     assert answers[100].offset == 1_100 and answers[100].exact
     assert answers[110].offset == 1_110 and answers[110].exact
+    older = PartitionSyncs(anchors[1:], Position("t", 0, 120, 1_120))  # MM2's sync of 0 not kept
+    below = target_offsets(older, [10], _FlowCopies())[10]
+    assert below.offset is None and not below.exact  # the partition's start: never past the data (C)
+
+
+def test_an_old_mirrors_syncs_beyond_the_bound_keep_the_oldest_and_the_newest_and_thin_between() -> None:
+    for n, keep in ((1_000, 64), (129, 64), (64, 64), (10, 3), (5, 2)):
+        kept = thinned(list(range(n)), keep)
+        assert len(kept) <= keep and kept == sorted(kept) and kept[0] == 0 and kept[-1] == n - 1
+        assert kept[len(kept) - keep // 2:] == list(range(n - keep // 2, n))  # the newest half, every one
+        gaps = [b - a for a, b in itertools.pairwise(kept)]
+        assert gaps == sorted(gaps, reverse=True)  # older ones further apart
+    syncs = [Anchor(u, 5_000 + u) for u in range(0, 10_000, 10)]
+    source = _source(30, start=syncs[-1].upstream)
+    match = match_tail(_tail(source, at=syncs[-1].downstream), source, source_next=10**6)
+    plan = plan_partition("t", 0, committed=None, syncs=syncs, target_end=syncs[-1].downstream + 30, match=match,
+                          fallback=0, limit=32)
+    assert plan.anchors[0] == Anchor(0, 5_000, imported=True)  # K5: a group at the oldest sync still translates
 
 
 def test_without_a_sync_the_latest_copy_of_the_last_committed_record_that_the_tail_follows_stands_for_one() -> None:

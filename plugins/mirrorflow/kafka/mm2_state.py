@@ -8,14 +8,14 @@ MM2's dedicated mode runs one Connect worker per flow, connected to B (MirrorMak
   offset syncs   `mm2-offset-syncs.B.internal` on A (`offset-syncs.topic.location = target`: `mm2-offset-syncs.A.
                  internal` on B); key {topic: string, partition: int32}, value {upstream: int64, downstream: int64}
   heartbeats     `heartbeats` on B, key (A, B), every `emit.heartbeats.interval.seconds` while the worker runs
-Bound: the syncs read keep the newest SYNCS_KEPT per partition (MM2 itself keeps 64 in memory).
+Bound: the syncs read keep at most 2 x SYNCS_KEPT per partition while read, SYNCS_KEPT after (the oldest, the newest
+half, the rest thinned: rules/takeover.thinned; MM2 itself keeps 64 in memory).
 """
 
 from __future__ import annotations
 
 import json
 import struct
-from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +29,7 @@ from mirrorflow.kafka.internal_log import read_to_ends
 from mirrorflow.model.config import Flow, MirrorConfig, Setting
 from mirrorflow.rules import policy, wire
 from mirrorflow.rules.anchors import Anchor
+from mirrorflow.rules.takeover import thinned
 
 SYNCS_KEPT = 64
 CONNECTOR = "MirrorSourceConnector"
@@ -121,8 +122,8 @@ def decode_sync(key: bytes, value: bytes) -> tuple[TopicPartition, Anchor]:
 
 
 def offset_syncs(consumer: Mapping[str, Any], topic: str) -> dict[TopicPartition, list[Anchor]]:
-    """MM2's offset syncs per source partition, the newest SYNCS_KEPT of each, oldest first."""
-    kept: dict[TopicPartition, deque[Anchor]] = {}
+    """MM2's offset syncs per source partition, at most SYNCS_KEPT of each (thinned), oldest first."""
+    kept: dict[TopicPartition, list[Anchor]] = {}
     for msg in read_to_ends(consumer, [(topic, 0)], f"MM2 offset syncs {topic}"):
         value = msg.value()
         if value is None:
@@ -131,8 +132,11 @@ def offset_syncs(consumer: Mapping[str, Any], topic: str) -> dict[TopicPartition
             tp, sync = decode_sync(msg.key() or b"", value)
         except (ValueError, struct.error):
             continue
-        kept.setdefault(tp, deque(maxlen=SYNCS_KEPT)).append(sync)
-    return {tp: list(syncs) for tp, syncs in kept.items()}
+        syncs = kept.setdefault(tp, [])
+        syncs.append(sync)
+        if len(syncs) > 2 * SYNCS_KEPT:
+            kept[tp] = thinned(syncs, SYNCS_KEPT)
+    return {tp: thinned(syncs, SYNCS_KEPT) for tp, syncs in kept.items()}
 
 
 def murmur2(key: bytes) -> int:

@@ -24,7 +24,9 @@ Invariants (tests/test_takeover_plan.py):
       last copy the tail holds refuses the partition (the target lost records the mirror had acknowledged);
   K5. the anchors handed to the flow's state are in write order (upstream and downstream strictly increase), at most
       `limit`, every one but the last marked `imported` (a bracket of the old mirror's copies: translated by MM2's
-      rule, never past the data), the last the exact anchor of the last copy;
+      rule, never past the data), the last the exact anchor of the last copy; beyond the bound the old mirror's
+      oldest sync and newest ones are kept, the ones between thinned (`thinned`), so an old group still translates
+      near where it is;
   K6. without a sync, the copy that stands for one is the latest copy of the last committed record after which the
       window matches the source (K1-K3); none in the window refuses the partition;
   K7. a copy the old mirror wrote (no provenance header) is attributed by content: to the source record at the
@@ -38,8 +40,11 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from mirrorflow.rules.anchors import Anchor
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,9 +192,23 @@ def imported_anchors(syncs: Sequence[Anchor], match: TailMatch, limit: int) -> t
     for u, d in reversed(below):  # newest first: each strictly below the one kept after it
         if not chain or (u < chain[-1][0] and d < chain[-1][1]):
             chain.append((u, d))
-    kept = list(reversed(chain[:max(0, limit - 1)]))
+    kept = thinned(list(reversed(chain)), max(0, limit - 1))
     return (*(Anchor(u, d, imported=True) for u, d in kept),
             Anchor(last.upstream, last.downstream, barrier=True, run=match.one_to_one))
+
+
+def thinned(syncs: Sequence[_T], keep: int) -> list[_T]:
+    """At most `keep` of `syncs` (write order), in order: the oldest one and the newest `keep` // 2 always, every
+    other one of the rest dropped until they fit (thinned again and again, older ones end up further apart)."""
+    if len(syncs) <= keep:
+        return list(syncs)
+    if keep < 2:
+        return list(syncs[len(syncs) - keep:])
+    head = min(keep // 2, keep - 1)
+    older, newest = list(syncs[:len(syncs) - head]), list(syncs[len(syncs) - head:])
+    while len(older) + len(newest) > keep:
+        older = older[::2]
+    return older + newest
 
 
 def attribute(copies: Sequence[int], source: Sequence[Content]) -> list[int | None]:

@@ -32,7 +32,8 @@ Invariants, each tested (tests/test_translation.py):
   P. thinning and pruning the anchors never change T(U) for a U still on the source.
   C. in a bracket marked coarse (anchors.py C: the bound dropped a replay's barrier there), or starting at an imported
      anchor (anchors.py I: another mirror's copies, without provenance headers), the answer is the
-     bracket's start, one past a copy of a record below U: never past T(U), marked inexact with why.
+     bracket's start, one past a copy of a record below U: never past T(U), marked inexact with why; below an
+     imported first anchor (older than the oldest sync taken over), the partition's start.
   L. in a bracket whose end anchor has a one-to-one run (anchors.py D) covering U-1 and U, T(U) is read off the
      run, without a read of the target, and equals what the search would find.
 """
@@ -169,6 +170,11 @@ def target_offsets_steps(syncs: PartitionSyncs, uppers: Iterable[int], readable:
             continue
         if i is None:
             first = anchors[0]
+            if first.imported:  # the old mirror's copies of records below it lie anywhere before it
+                for u in group:
+                    out[u] = _marked(syncs, u, None, f"{IMPORTED_NOTE}, none at or below source offset {u} kept: "
+                                                     "resumed from the partition's start (may re-read)", exact=False)
+                continue
             note = "" if first.origin else (f"below the oldest offset sync kept (source offset {first.upstream}); "
                                             "the source no longer holds those records")
             for u in group:
