@@ -138,6 +138,20 @@ def test_an_old_mirrors_syncs_beyond_the_bound_keep_the_oldest_and_the_newest_an
     assert plan.anchors[0] == Anchor(0, 5_000, imported=True)  # K5: a group at the oldest sync still translates
 
 
+def test_a_group_on_the_run_the_tail_matched_from_an_older_sync_translates_exactly_without_a_read() -> None:
+    # MM2 copied source 0..199 to target 1000..1199 one to one, syncs every 10; the tail was matched from sync 50.
+    syncs = [Anchor(u, 1_000 + u) for u in range(0, 200, 10)]
+    source = _source(150, start=50)
+    match = match_tail(_tail(source, at=1_050), source, source_next=200)
+    plan = plan_partition("t", 0, committed=None, syncs=syncs, target_end=1_200, match=match, fallback=0, limit=32)
+    runs = {a.upstream: a.run for a in plan.anchors}
+    assert runs[199] == 150 and runs[60] == 11 and runs[50] == 0 and runs[40] == 0  # K5, anchors D
+    partition = PartitionSyncs(plan.anchors, Position("t", 0, 200, 1_200))
+    answers = target_offsets(partition, [52, 57, 61, 150, 199], None)  # no reader: any read would fail
+    assert all(answers[u].offset == 1_000 + u and answers[u].exact for u in (52, 57, 61, 150, 199)), answers
+    assert not target_offsets(partition, [45], _FlowCopies())[45].exact  # before the run: MM2's rule
+
+
 def test_without_a_sync_the_latest_copy_of_the_last_committed_record_that_the_tail_follows_stands_for_one() -> None:
     source = _source(30, start=50)
     committed = source[10]  # the group's last consumed record; the mirror copied 5 more before it stopped

@@ -42,7 +42,7 @@ from mirrorflow.rules.takeover import Content, PartitionPlan, TailMatch, find_la
 log = logging.getLogger(__name__)
 QUIET_S = 5.0  # the remote partitions' ends must hold still this long
 STALE_S = 10.0  # at least; three heartbeat intervals when those are longer
-WINDOW = 100_000  # the remote partition's last records searched for the copy of a group's last consumed record
+WINDOW = 100_000  # the remote partition's last records searched for a group's last copy (MM1) or matched (MM2)
 LOOK_BACK = 64  # source offsets read below a group's offset to find its last consumed record past markers
 MIRRORS = {"mm2": "MirrorMaker 2", "mm1": "MirrorMaker 1 (or a Go mirror maker)"}
 _NULL = 0x9E3779B97F4A7C15
@@ -104,7 +104,7 @@ def plan(link: FlowLink, mirror: str = "mm2", group: str | None = None, quiet_s:
     """What taking the flow over would do; reads the clusters, changes nothing. `group`: the consumer group of a
     MirrorMaker 1 or Go mirror maker (`mirror` mm1), whose committed offsets on the source say what it copied;
     `window`: how many of each remote partition's last records are searched for the copy of its last committed
-    record."""
+    record (MirrorMaker 1), or matched from the oldest sync among them (MirrorMaker 2)."""
     if mirror not in MIRRORS:
         raise ConfigError(f"--from {mirror}: expected one of {', '.join(MIRRORS)}")
     if (mirror == "mm1") != (group is not None):
@@ -135,7 +135,16 @@ def plan(link: FlowLink, mirror: str = "mm2", group: str | None = None, quiet_s:
         syncs = mm2_state.offset_syncs(link.settings("target" if names.syncs_on_target else "source", "consumer"),
                                        names.syncs_topic)
         newest = {tp: max(s, key=lambda a: (a.downstream, a.upstream)) for tp, s in syncs.items() if s}
-        matches = _matches(link, partitions, remote, newest, target_ends, committed)
+        # Matched from an older sync when one lies in the window: the longer the matched run, the more of MM2's
+        # copies a group's checkpoint translates exactly in (K5); a tail that does not match from there (MM2
+        # rewound past it) is matched from the newest.
+        oldest = {tp: min((a for a in syncs[tp] if a.downstream >= target_ends.get(remote[tp], 0) - window
+                           and a.upstream <= s.upstream and a.downstream <= s.downstream),
+                          key=lambda a: (a.downstream, a.upstream), default=s) for tp, s in newest.items()}
+        matches = _matches(link, partitions, remote, oldest, target_ends, committed)
+        again = [tp for tp, m in matches.items() if m.refused is not None and oldest[tp] != newest[tp]]
+        if again:
+            matches |= _matches(link, again, remote, newest, target_ends, committed)
     else:
         committed = _group_committed(link, group, partitions)
         syncs, matches = _found(link, remote, committed, target_ends, window)
@@ -220,7 +229,7 @@ def _group_committed(link: FlowLink, group: str, partitions: Sequence[TopicParti
 def _matches(link: FlowLink, partitions: Sequence[TopicPartition], remote: Mapping[TopicPartition, TopicPartition],
              newest: Mapping[TopicPartition, Anchor], target_ends: Mapping[TopicPartition, int],
              committed: Mapping[TopicPartition, int]) -> dict[TopicPartition, TailMatch]:
-    """Each partition's tail (from its newest sync to its end) matched with the source after that sync."""
+    """Each partition's tail (from the sync given, `newest`, to its end) matched with the source after that sync."""
     starts = admin_sync.offsets(link.source_admin, link.flow.source, [tp for tp in partitions if tp in newest],
                                 OffsetSpec.earliest())  # type: ignore[no-untyped-call]
     gone = {tp: TailMatch(newest[tp].upstream, None, 0, 0, 0, 0,

@@ -24,9 +24,10 @@ Invariants (tests/test_takeover_plan.py):
       last copy the tail holds refuses the partition (the target lost records the mirror had acknowledged);
   K5. the anchors handed to the flow's state are in write order (upstream and downstream strictly increase), at most
       `limit`, every one but the last marked `imported` (a bracket of the old mirror's copies: translated by MM2's
-      rule, never past the data), the last the exact anchor of the last copy; beyond the bound the old mirror's
-      oldest sync and newest ones are kept, the ones between thinned (`thinned`), so an old group still translates
-      near where it is;
+      rule, never past the data), the last the exact anchor of the last copy, with the one-to-one run the match
+      proved, and so every imported one on that run (anchors D: there a group translates exactly); beyond the
+      bound the old mirror's oldest sync and newest ones are kept, the ones between thinned (`thinned`), so an old
+      group still translates near where it is;
   K6. without a sync, the copy that stands for one is the latest copy of the last committed record after which the
       window matches the source (K1-K3); none in the window refuses the partition;
   K7. a copy the old mirror wrote (no provenance header) is attributed by content: to the source record at the
@@ -193,7 +194,13 @@ def imported_anchors(syncs: Sequence[Anchor], match: TailMatch, limit: int) -> t
         if not chain or (u < chain[-1][0] and d < chain[-1][1]):
             chain.append((u, d))
     kept = thinned(list(reversed(chain)), max(0, limit - 1))
-    return (*(Anchor(u, d, imported=True) for u, d in kept),
+    first = last.upstream - match.one_to_one + 1  # of the matched run (none: past the last copy)
+
+    def run(u: int, d: int) -> int:  # D: the part of the matched run that ends at (u, d)
+        on = match.one_to_one and u >= first and last.upstream - u == last.downstream - d
+        return u - first + 1 if on and u - first + 1 >= 2 else 0
+
+    return (*(Anchor(u, d, imported=True, run=run(u, d)) for u, d in kept),
             Anchor(last.upstream, last.downstream, barrier=True, run=match.one_to_one))
 
 
