@@ -21,6 +21,7 @@ import logging
 import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import confluent_kafka
@@ -77,7 +78,8 @@ class Takeover:
         out = [f"flow {self.flow}: taking over from {self.mirror}"]
         out += [f"  {self.mirror} is stopped: {why}" for why in self.stopped]
         if self.running is not None:
-            out.append(f"  REFUSED: {self.mirror} is still running: {self.running}")
+            return [*out, f"  REFUSED: {self.mirror} is still running: {self.running}",
+                    "  (no plan while it runs: what it copies meanwhile would change it)"]
         out += [f"  {p.line()}" for p in self.partitions]
         since = sum(p.since_commit for p in self.partitions)
         repeats = sum(p.repeats for p in self.partitions)
@@ -128,6 +130,8 @@ def plan(link: FlowLink, mirror: str = "mm2", group: str | None = None, quiet_s:
         stopped, running = _group_stopped(link, group)
     if running is None:
         running = _quiet(before, ends, quiet_s, stopped)
+    if running is not None:  # nothing read that its next copies would change
+        return Takeover(flow.name, MIRRORS[mirror], tuple(stopped), running, ())
     target_ends = ends()
     if group is None:
         committed = mm2_state.committed_offsets(link.settings("target", "consumer"), names.offsets_topic,
@@ -237,10 +241,12 @@ def _matches(link: FlowLink, partitions: Sequence[TopicPartition], remote: Mappi
                           f"{newest[tp].upstream}: the records to match the target's copies with are deleted")
             for tp, start in starts.items() if start > newest[tp].upstream}
     synced = [tp for tp in partitions if tp in newest and tp not in gone]
-    tails = _target_records(link, remote, {tp: (newest[tp].downstream, target_ends.get(remote[tp], 0))
-                                           for tp in synced})
-    source, source_next = _source_records(link, {tp: newest[tp].upstream for tp in synced},
-                                          {tp: len(tails[tp]) for tp in synced})
+    spans = {tp: (newest[tp].downstream, target_ends.get(remote[tp], 0)) for tp in synced}
+    with ThreadPoolExecutor(1) as pool:  # both clusters read at once (a tail holds at most its span's records)
+        reading = pool.submit(_target_records, link, remote, spans)
+        source, source_next = _source_records(link, {tp: newest[tp].upstream for tp in synced},
+                                              {tp: max(0, end - start) for tp, (start, end) in spans.items()})
+        tails = reading.result()
     return {**gone, **{tp: match_tail(tails[tp], source[tp], source_next[tp], committed.get(tp)) for tp in synced}}
 
 

@@ -81,6 +81,10 @@ def add(sub: Any) -> None:
                      "MirrorMaker 1, Go mirror maker) where it stopped: no re-copy, no gap; prints the plan per "
                      "partition first (exit 1 when it refuses)", cmd_takeover)
     p.add_argument("--group", help="with --from mm1: the consumer group the old mirror consumed the source with")
+    p.add_argument("--window", type=_positive, metavar="N",
+                   help="records of each remote partition's tail compared with the source (default 100,000): MM2's "
+                        "copies in it translate groups exactly; with --from mm1, where the group's last copy is "
+                        "looked for. A smaller window plans faster")
     _mirror_move(sub, "handback", "--to", ["mm2"], "give a stopped flow back to MirrorMaker 2 where mirrorflow "
                  "stopped: MM2's offsets and offset syncs are written so that MM2 resumes there; the flow is recorded "
                  "stopped", cmd_handback)
@@ -278,7 +282,7 @@ def cmd_takeover(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     link = FlowLink.of(load_config(args), args.flow)
-    planned = takeover.plan(link, args.mirror, args.group)
+    planned = takeover.plan(link, args.mirror, args.group, window=args.window or takeover.WINDOW)
     applied = planned.allowed and not args.dry_run
     if applied:
         takeover.apply(link, planned)
