@@ -109,3 +109,20 @@ def test_a_records_field_hashes_do_not_depend_on_the_records_read_with_it() -> N
         beside = audit_task._side([message(0), message(1)], [0, 1], [0, 1], 0, [unreadable, neighbour])
         assert beside.row(0) == alone.row(0)
     assert alone.row(0) != audit_task._side([message(0)], [0], [0], 0, [[]]).row(0)  # unreadable is not "none"
+
+
+def test_copies_without_a_provenance_header_are_attributed_by_content_repeats_and_strangers_included() -> None:
+    rng = np.random.default_rng(3)
+    source = Side(np.arange(100, 110, dtype=np.int64), rng.integers(-2**62, 2**62, (10, 4)),
+                  np.zeros(10, np.int32), np.arange(100, 110, dtype=np.int64))
+    order = [0, 1, 2, 3, 2, 3, 4, 6, 7]  # a rewind (2, 3 again) and a skipped record (5)
+    stranger = rng.integers(-2**62, 2**62, (1, 4))
+    fields = np.concatenate([source.fields[order[:4]], stranger, source.fields[order[4:]]])
+    copies = Side(np.full(10, -1, np.int64), fields, np.zeros(10, np.int32), np.arange(500, 510, dtype=np.int64))
+    found = audit_task._by_content(copies, source)
+    assert found.offsets.tolist() == [100 + o for o in order]
+    assert found.at.tolist() == [500, 501, 502, 503, 505, 506, 507, 508, 509]  # the stranger (504) is nobody's copy
+    tally = Tally("remote", 110)
+    compare(tally, source, np.zeros(10, bool), found, 100, 110)
+    audit = tally.audit("t", 0, 100, 110)
+    assert (audit.missing, audit.duplicated, audit.mirrored_records) == (3, 2, 7)  # 105, 108, 109; 102, 103

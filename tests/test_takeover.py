@@ -2,8 +2,9 @@
 
 MM2 runs the flow with a consumer group being checkpointed, is killed (kill -9: copies past its last commit stay on
 the target); the takeover refuses while MM2 runs, plans, then writes the flow's positions; mirrorflow's stream goes
-on with the traffic. Every source record is then on the target once in order (MM2's own repeats aside, which the plan
-counts), and the group's checkpoint on the target is exact (never behind MM2's, never past the data).
+on with the traffic; the flow is handed back to MM2, which goes on, is stopped cleanly and taken over again. Every
+source record is then on the target once in order (MM2's own repeats aside, which the plan counts), and the group's
+checkpoint on the target is exact (never behind MM2's, never past the data).
 """
 
 from __future__ import annotations
@@ -194,6 +195,31 @@ def test_a_flow_taken_over_from_a_killed_mm2_resumes_without_a_gap_or_a_re_copy(
                  "every source record on the target again, copied by MirrorMaker 2")
         time.sleep(5)  # anything MM2 would copy twice has landed by now
         for p in range(PARTITIONS):  # no gap and nothing twice across both moves
+            values = [m.value() for m in read_partition(BETA, REMOTE, p)]
+            assert _without_repeats(values) == [m.value() for m in read_partition(ALPHA, TOPIC, p)], f"partition {p}"
+            assert len(values) - len(set(values)) == ours[(TOPIC, p)]["repeats"], f"partition {p}"
+        assert _audit(props) == {"missing": 0, "differing": 0, "behind": 0, "duplicated": repeats}
+
+        traffic = Traffic(first=traffic.sent)  # and over again from MM2 stopped cleanly (SIGTERM)
+        traffic.start()
+        time.sleep(5)
+        mm2.terminate()
+        assert mm2.wait(60) is not None
+        deadline = time.monotonic() + 90
+        taken = _cli(props, "takeover", "--flow", "tka->tkb", "--from", "mm2", "--json")
+        while taken.returncode == 1 and json.loads(taken.stdout)["running"] and time.monotonic() < deadline:
+            time.sleep(3)  # until its heartbeats are stale
+            taken = _cli(props, "takeover", "--flow", "tka->tkb", "--from", "mm2", "--json")
+        assert taken.returncode == 0, taken.stdout + taken.stderr
+        again = {(p["topic"], p["partition"]): p for p in json.loads(taken.stdout)["partitions"]}
+        assert all(again[(TOPIC, p)]["repeats"] == ours[(TOPIC, p)]["repeats"] for p in range(PARTITIONS))
+        stream.start()
+        time.sleep(15)
+        traffic.stop()
+        source_ends = end_offsets(ALPHA, TOPIC)
+        wait_for(lambda: _copied(source_ends, {p: ours[(TOPIC, p)]["repeats"] for p in range(PARTITIONS)}), 240,
+                 "every source record on the target after the second takeover", stream)
+        for p in range(PARTITIONS):
             values = [m.value() for m in read_partition(BETA, REMOTE, p)]
             assert _without_repeats(values) == [m.value() for m in read_partition(ALPHA, TOPIC, p)], f"partition {p}"
             assert len(values) - len(set(values)) == ours[(TOPIC, p)]["repeats"], f"partition {p}"

@@ -119,8 +119,9 @@ def test_a_group_in_the_old_mirrors_copies_translates_by_its_rule_and_one_past_t
     assert answers[100].offset == 1_100 and answers[100].exact
     assert answers[110].offset == 1_110 and answers[110].exact
     older = PartitionSyncs(anchors[1:], Position("t", 0, 120, 1_120))  # MM2's sync of 0 not kept
-    below = target_offsets(older, [10], _FlowCopies())[10]
-    assert below.offset is None and not below.exact  # the partition's start: never past the data (C)
+    below = target_offsets(older, [10, 25], _FlowCopies())
+    assert below[10].offset is None and not below[10].exact  # the partition's start: never past the data (C)
+    assert below[25].offset == 1_025 and not below[25].exact  # at the oldest sync: its copy (MM2's rule)
 
 
 def test_an_old_mirrors_syncs_beyond_the_bound_keep_the_oldest_and_the_newest_and_thin_between() -> None:

@@ -9,9 +9,9 @@ partitions named, each up to its end or `to`.
 
 Beside the range, what the flow's offset syncs say: how far the flow has read the partition (`mirrored`,
 None if never) and the lowest target offset a copy of the range can have (`target_floor`): the exact
-translation of `start` (no copy of a record at or after `start` lies below it; the remote partition's start when
-the translation is not exact), lowered to the first target record at or after `from` when a window is given, which
-also covers copies the syncs never recorded.
+translation of `start` (no copy of a record at or after `start` lies below it; the remote partition's start for a
+flow taken over from another mirror, whose copies its syncs do not bound), lowered to the first target record at or
+after `from` when a window is given, which also covers copies the syncs never recorded.
 
 Invariants, each tested:
   A. parse_time accepts epoch milliseconds and ISO 8601 (naive means UTC) and nothing else;
@@ -170,9 +170,11 @@ def plan(link: FlowLink, *, topics: str | None = None, window: Window = EVERYTHI
         position = syncs[(t, p)].position
         floor = floors[(remote[t], p)]
         at = translated[(t, p)][clipped[(t, p)]] if (t, p) in translated else None
-        # An inexact translation (below the oldest sync kept, in a bracket of a mirror taken over from) may lie past
-        # a copy of the start: then the remote partition is read from its start.
-        if floor is not None and at is not None and at.offset is not None and (at.exact or window.from_ms is not None):
+        # A mirror taken over from (imported anchors) may have copied a record below the copy its syncs name (it
+        # went back after a restart): every record is read there, from the remote partition's start.
+        anchors = syncs[(t, p)].anchors
+        imported = bool(anchors) and anchors[0].imported and window.from_ms is None
+        if floor is not None and at is not None and at.offset is not None and not imported:
             floor = at.offset if window.from_ms is None else min(floor, at.offset)
         loss = syncs_state.losses.get((t, p))
         out.append(SourceRange(t, p, clipped[(t, p)], ends[(t, p)], remote[t],

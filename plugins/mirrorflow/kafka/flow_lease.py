@@ -211,11 +211,17 @@ class FlowLease:
                 if other is not None:
                     raise LeaseTakenOver(f"flow {self.flow}: another instance on {other} took over "
                                          f"(consumer group {self.group}); this one stops")
+                own = process_client_id()
+                if any(m.group_instance_id == self.instance_id and m.client_id != own and process_alive(m.client_id)
+                       for m in members):  # L1: a live process of this host joined under this id: never fence it
+                    raise LeaseTakenOver(f"flow {self.flow}: another process of this host joined the lease group "
+                                         f"{self.group} under this instance's id; this one stops")
             if time.monotonic() > rejoin_at:
                 # A consumer that lost its partition across a coordinator's restart was seen not to join again
                 # (the group's describe failing for minutes): a new one joins under the same static id (L1).
                 log.warning("flow %s: the lease consumer has not joined again in %.0f s; joining with a new one",
                             self.flow, REJOIN_AFTER_S)
+                self._consumer = None  # never closed twice, even if the join below fails
                 self._close_consumer(consumer)
                 consumer = self._join()
                 rejoin_at = time.monotonic() + REJOIN_AFTER_S

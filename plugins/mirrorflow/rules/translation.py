@@ -172,8 +172,10 @@ def target_offsets_steps(syncs: PartitionSyncs, uppers: Iterable[int], readable:
             first = anchors[0]
             if first.imported:  # the old mirror's copies of records below it lie anywhere before it
                 for u in group:
-                    out[u] = _marked(syncs, u, None, f"{IMPORTED_NOTE}, none at or below source offset {u} kept: "
-                                                     "resumed from the partition's start (may re-read)", exact=False)
+                    out[u] = (_marked(syncs, u, first.downstream, f"{IMPORTED_NOTE}: resumed at the copy its oldest "
+                                      "sync kept names (may re-read)", exact=False) if u == first.upstream else
+                              _marked(syncs, u, None, f"{IMPORTED_NOTE}, none at or below source offset {u} kept: "
+                                      "resumed from the partition's start (may re-read)", exact=False))
                 continue
             note = "" if first.origin else (f"below the oldest offset sync kept (source offset {first.upstream}); "
                                             "the source no longer holds those records")
