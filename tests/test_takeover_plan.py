@@ -61,6 +61,10 @@ def test_a_commit_past_the_last_copy_on_the_target_is_refused() -> None:
     plan = plan_partition("t", 0, committed=5, syncs=[Anchor(0, 0)], target_end=3, match=match, fallback=0, limit=8)
     assert plan.refused is not None and "committed source offset 5" in plan.refused  # K4
     assert "REFUSED" in plan.line()
+    marked = _source(3)  # records 0..2, a transaction marker at 3: the log ends at 4
+    match = match_tail(_tail(marked, at=0), marked, source_next=4, committed=3)
+    plan = plan_partition("t", 0, committed=3, syncs=[Anchor(0, 0)], target_end=3, match=match, fallback=0, limit=8)
+    assert (plan.refused, plan.resume) == (None, 3)  # a commit naming the marker (a hand-back's) loses nothing
 
 
 def test_a_partition_the_old_mirror_never_copied_resumes_at_the_fallback_or_past_its_commit() -> None:

@@ -20,8 +20,10 @@ Invariants (tests/test_takeover_plan.py):
       copied again and nothing it did not copy is skipped;
   K3. a tail record equal to an earlier copy (the old mirror's producer retried) is counted in `repeats`; any other
       record refuses the partition, naming its target offset (another writer, or a source that changed);
-  K4. `resume` is never at or below the old mirror's committed offset unless the tail says so: a commit past the
-      last copy the tail holds refuses the partition (the target lost records the mirror had acknowledged);
+  K4. `resume` is never at or below the old mirror's committed offset unless the tail says so: a commit at or past a
+      source record after the last copy the tail holds refuses the partition (the target lost records the mirror
+      had acknowledged); a commit that names only offsets without a record (a transaction marker: mirrorflow's
+      hand-back commits one below its position) does not;
   K5. the anchors handed to the flow's state are in write order (upstream and downstream strictly increase), at most
       `limit`, every one but the last marked `imported` (a bracket of the old mirror's copies: translated by MM2's
       rule, never past the data), the last the exact anchor of the last copy, with the one-to-one run the match
@@ -67,6 +69,7 @@ class TailMatch:
     one_to_one: int  # in-order copies ending at `last_copy` at consecutive offsets on both sides (anchors D)
     repeats: int  # tail records that repeat an earlier copy
     refused: str | None  # why the partition cannot be taken over; None when it can
+    uncopied: int | None = None  # the first source record past the last copy, or where the next would be (K4)
 
 
 def match_tail(tail: Sequence[Content], source: Sequence[Content], source_next: int,
@@ -106,7 +109,8 @@ def match_tail(tail: Sequence[Content], source: Sequence[Content], source_next: 
     assert last is not None  # tail[0] matched source[0]
     # One past the last copy, not the next record read: what lies between is no record to copy (markers, compaction
     # holes), and past the last one read an open transaction may begin.
-    return TailMatch(last.upstream + 1, last, j, past, run if run >= 2 else 0, repeats, None)
+    return TailMatch(last.upstream + 1, last, j, past, run if run >= 2 else 0, repeats, None,
+                     source[j].offset if j < len(source) else source_next)
 
 
 def find_last_copy(window: Sequence[Content], source: Sequence[Content], source_next: int,
@@ -172,7 +176,7 @@ def plan_partition(topic: str, partition: int, *, committed: int | None, syncs: 
         return PartitionPlan(topic, partition, committed, None, target_end, resume, 0, 0, None)
     if match.refused is not None:
         return refuse(match.refused, match.resume)
-    if committed is not None and committed >= match.resume:  # K4
+    if committed is not None and committed >= (match.uncopied if match.uncopied is not None else match.resume):  # K4
         return refuse(f"the old mirror committed source offset {committed} but the target's copies end before it "
                       f"(at source offset {match.resume}): records it acknowledged are not on the target",
                       match.resume)
