@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: support, benchmarks
 from benchmarks.mirror import DST, QUIET, SRC, mm2_properties, mm2_tuning
-from support.streams import StreamProcess, read_partition
+from support.streams import StreamProcess, end_offsets, read_partition
 
 REPO = Path(__file__).resolve().parents[2]
 TOPIC, REMOTE, PARTITIONS, GROUP, FLOW = "orders", "src.orders", 12, "orders-app", "src->dst"
@@ -110,15 +110,6 @@ class Growth:
         c.close()
 
 
-def _ends(bootstrap: str, topic: str) -> list[int]:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-ends", **QUIET})
-    try:
-        return [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1]
-                for p in range(PARTITIONS)]
-    finally:
-        c.close()
-
-
 def _cli(props: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "mirrorflow", "--config", str(props), *args], capture_output=True,
                           text=True, timeout=1800)
@@ -159,10 +150,16 @@ def _audit(props: Path) -> dict[str, Any]:
 
 def _caught_up(traffic_sent: int, extra: int, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
-    while sum(_ends(TARGET, REMOTE)) < traffic_sent + extra:
+    while (copied := sum(end_offsets(TARGET, REMOTE))) < traffic_sent + extra:
         if time.monotonic() > deadline:
-            raise SystemExit(f"the target did not catch up: {sum(_ends(TARGET, REMOTE))} < {traffic_sent + extra}")
+            raise SystemExit(f"the target did not catch up: {copied} < {traffic_sent + extra}")
         time.sleep(1)
+
+
+def _pause(growth: Growth, started: float, start_to_copy: str) -> dict[str, float]:
+    """The time not copying around a mirror started at `started`, and its start to its first copy."""
+    last, first = growth.gap(started)
+    return {"not_copying_s": round(first - last, 1), start_to_copy: round(first - started, 1)}
 
 
 def _positions(before: dict[int, int], after: dict[int, int], exact: dict[int, int]) -> dict[str, Any]:
@@ -255,9 +252,7 @@ def main() -> None:
         print(taken.stdout[:3000], flush=True)
         started = time.monotonic()
         stream.start()
-        last, first = growth.gap(started)
-        out["takeover"]["not_copying_s"] = round(first - last, 1)
-        out["takeover"]["stream_start_to_first_copy_s"] = round(first - started, 1)
+        out["takeover"] |= _pause(growth, started, "stream_start_to_first_copy_s")
         time.sleep(30)
         sent = traffic.stop()
         _caught_up(sent, out["takeover"]["repeats"])
@@ -281,9 +276,7 @@ def main() -> None:
         out["handback"] = {"handback_s": round(time.monotonic() - began, 1)}
         started = time.monotonic()
         mm2 = _mm2(jars, props, home / "mm2.log")
-        last, first = growth.gap(started)
-        out["handback"]["not_copying_s"] = round(first - last, 1)
-        out["handback"]["mm2_start_to_first_copy_s"] = round(first - started, 1)
+        out["handback"] |= _pause(growth, started, "mm2_start_to_first_copy_s")
         time.sleep(30)
         sent = traffic.stop()
         _caught_up(sent, out["takeover"]["repeats"])
