@@ -20,7 +20,11 @@ spread over every partition before the flow starts. Per size it measures:
     the client requests both clusters' brokers counted meanwhile (benchmarks.broker_requests), on
     the LAN and with the target behind a link delayed WAN_ONE_WAY_MS each way (Toxiproxy; the task beside the
     source, the target across the WAN). A round still running after `--round-limit` seconds is stopped and
-    recorded as that limit, marked `capped`.
+    recorded as that limit, marked `capped`. Then once more on the LAN holding a second copy of the flow's offset-sync
+    state, standing in for the reverse flow's in active/active: its peak RSS is `checkpoint_task_peak_mib`;
+  - the ingest ceiling: records per second the bench's librdkafka producer wrote the backlog into the source at, and
+    Kafka's Java producer (SpreadProducer.java, javac) writing as many again over the same partitions once the flow
+    has stopped.
 Prints a Markdown table; writes bench-scale.json ({"sizes": [{...}, ...]}, one object per size).
 """
 
@@ -270,11 +274,11 @@ def base_written(checkpoint: Path, batch: int) -> int:
     return (checkpoint / offset_log.BASES / f"{number}.json").stat().st_size
 
 
-def in_own_process(code: str, config: Path, limit_s: float) -> tuple[float, float, str, bool]:
+def in_own_process(code: str, config: Path, limit_s: float, **env: str) -> tuple[float, float, str, bool]:
     """(seconds, peak RSS in MiB, stdout, capped) of `code` run by this Python in a process of its own."""
     begun = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env={**os.environ, "MIRRORFLOW_CONFIG": str(config)})
+                            env={**os.environ, "MIRRORFLOW_CONFIG": str(config), **env})
     capped = False
     try:
         out, _ = proc.communicate(timeout=limit_s)
@@ -296,10 +300,13 @@ def _peak_rss_mib(out: str) -> float:
     return float("nan")
 
 
-PEAK = "import resource; print(f'peak_rss_kib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}', flush=True)"
+# The peak of the measuring process's own address space. Not getrusage's ru_maxrss: Linux carries the peak of the
+# address space a process had before its exec over, so a child of the bench reported the bench's own peak.
+HWM_KIB = "next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM:'))"
+PEAK = f'print(f"peak_rss_kib={{{HWM_KIB}}}", flush=True)'
 
 SYNC_READ = f"""
-import resource, time, os
+import time, os
 from mirrorflow.model import config
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.rules import offset_syncs
@@ -310,13 +317,20 @@ state = offset_sync_log.read({{"bootstrap.servers": cfg.cluster("dst").bootstrap
                              offset_syncs.topic_name("src"))
 print(f"read_s={{time.monotonic() - begun:.3f}}")
 print(f"live={{state.live_records()}}")
-print(f"grown_kib={{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}}")
+print(f"grown_kib={{{HWM_KIB} - before}}")
 {PEAK}
 """
 
 ROUND = f"""
 import cProfile, os, pstats, sys, time
 from mirrorflow.entry.cli.main import main
+from mirrorflow.kafka import offset_sync_log
+from mirrorflow.model import config
+from mirrorflow.rules import offset_syncs
+if os.environ.get("SCALE_BOTH_FLOWS"):  # active/active: the reverse flow's state, as large as this flow's, held too
+    cfg = config.load(os.environ["MIRRORFLOW_CONFIG"])
+    reverse = offset_sync_log.read({{"bootstrap.servers": cfg.cluster("dst").bootstrap_servers, "log_level": 3}},
+                                   offset_syncs.topic_name("src"))
 profile = cProfile.Profile() if os.environ.get("SCALE_PROFILE") else None
 begun = time.monotonic()
 if profile is not None:
@@ -383,10 +397,12 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
         topics = topic_names(prefix, partitions)
         begun = time.monotonic()
         create(topics)
+        created = time.monotonic()
         produced: Counter[tuple[str, int]] = Counter()
         produce(topics, args.records, produced=produced)
-        print(f"{partitions:,} partitions: {len(topics):,} topics created and {args.records:,} records produced in "
-              f"{time.monotonic() - begun:.0f} s", flush=True)
+        row["produce_rps"] = args.records / (time.monotonic() - created)
+        print(f"{partitions:,} partitions: {len(topics):,} topics created in {created - begun:.0f} s, "
+              f"{args.records:,} records produced at {row['produce_rps']:,.0f} records/s (librdkafka)", flush=True)
         target = TargetEnds()
         os.sync()
         launched = flow.start()
@@ -479,14 +495,47 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
                   f"peak RSS {peak_mib:,.0f} MiB, {sum(asked.values()):,} requests "
                   f"({', '.join(f'{k} {n:,}' for k, n in asked.most_common(6))})", flush=True)
         row["checkpoint_requests"] = row["checkpoint_requests_lan"]
+        row["checkpoint_task_peak_mib_one_flow"] = row["checkpoint_task_peak_mib"]
+        seconds, peak_mib, out, capped = in_own_process(ROUND, lan, args.round_limit, SCALE_BOTH_FLOWS="1")
+        if capped or value(out, "exit") != 0:
+            raise RuntimeError(f"the active/active checkpoint round failed:\n{out[-3000:]}")
+        row["checkpoint_task_peak_mib"] = peak_mib
+        print(f"  checkpoint round holding both flows' state (active/active; the reverse flow's state stood in for by "
+              f"a second read of this one's): {value(out, 'round_s'):.1f} s, peak RSS {peak_mib:,.0f} MiB", flush=True)
+
+        row["java_produce_rps"] = java_produce_rps(home, prefix, len(topics), args.records)
+        print(f"  Kafka's Java producer, the same records over the same partitions: {row['java_produce_rps']:,.0f} "
+              f"records/s", flush=True)
     finally:
         flow.stop()
         links.stop()
         local.down(cfg, purge=True)
+    row["rps_over_java_producer"] = row["rps"] / row["java_produce_rps"]
     if reference is not None:
         row["rps_over_12"] = row["rps"] / reference["rps"]
+        row["java_produce_rps_over_12"] = row["java_produce_rps"] / reference["rps"]
         row["peak_pss_over_12"] = row["peak_pss_mib"] / reference["peak_pss_mib"]
     return row
+
+
+def java_produce_rps(home: Path, prefix: str, topics: int, records: int) -> float:
+    """Records per second Kafka's Java producer (the brokers' version) writes `records` of SIZE bytes round robin over
+    every partition of the `topics` topics `prefix`NNNN: the ceiling a copier's writes meet at that size, from a
+    client that puts every partition of a broker in one request where librdkafka sends a request per partition."""
+    from mirrorflow.model import paths
+    from mirrorflow.spark import maven
+
+    jars = maven.classpath(maven.fetch("kafka-broker", maven.KAFKA_BROKER, paths.jar_cache()))
+    classes = home / "java"
+    if not (classes / "SpreadProducer.class").exists():
+        subprocess.run(["javac", "-d", str(classes), "-cp", jars, str(Path(__file__).with_name("SpreadProducer.java"))],
+                       check=True)
+    out = subprocess.run(["java", "-Xmx2g", "-cp", f"{classes}:{jars}", "SpreadProducer", servers(SRC),
+                          prefix, str(topics), str(PARTITIONS_PER_TOPIC), str(records), str(SIZE)],
+                         capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0 or value(out.stdout, "failed") != 0:
+        raise RuntimeError(f"the Java producer failed ({out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return value(out.stdout, "java_produce_rps")
 
 
 def main() -> None:
@@ -528,8 +577,8 @@ def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse
           "(whole tree) | offset-log entry, "
           "100 moved "
           "| offset syncs read on restart | peak PSS (x 12) | checkpoint round LAN / WAN | round's requests LAN / WAN "
-          "| round's peak RSS |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| round's peak RSS, one flow / both | producers into the source, librdkafka / Java (x 12) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in [reference, *rows]:
         def cap(where: str, r: dict[str, Any] = r) -> str:
             s = r.get(f"checkpoint_round_s_{where}", float("nan"))
@@ -541,7 +590,9 @@ def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse
               f"{r['sync_read_s']:.1f} s, {r['sync_read_mib']:.0f} MiB | {r['peak_pss_mib']:,.0f} MiB "
               f"({r.get('peak_pss_over_12', 1.0):.2f}) | {cap('lan')} / {cap('wan')} | "
               f"{r.get('checkpoint_requests_lan', 0):,} / {r.get('checkpoint_requests_wan', 0):,} | "
-              f"{r['checkpoint_task_peak_mib']:,.0f} MiB |")
+              f"{r.get('checkpoint_task_peak_mib_one_flow', math.nan):,.0f} / "
+              f"{r['checkpoint_task_peak_mib']:,.0f} MiB | {r['produce_rps']:,.0f} / {r['java_produce_rps']:,.0f} "
+              f"({r.get('java_produce_rps_over_12', math.nan):.2f}) |")
 
 
 if __name__ == "__main__":
