@@ -191,3 +191,23 @@ def test_a_kafka_error_nothing_handled_is_one_line_and_exit_1_retryable_as_kafka
     assert isinstance(restarting, RetryableError)  # a broker dropped from metadata while it restarts
     denial = clients.operational(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
     assert isinstance(denial, OperationalError) and not isinstance(denial, RetryableError)
+
+
+def test_a_checkpoint_folder_is_a_path_or_a_file_url_and_another_file_systems_url_is_refused() -> None:
+    from mirrorflow.errors import ConfigError
+    from mirrorflow.model.paths import checkpoint_folder
+
+    assert checkpoint_folder("ckpt/a") == Path("ckpt/a")
+    assert checkpoint_folder("/var/lib/mirrorflow/ckpt") == Path("/var/lib/mirrorflow/ckpt")
+    assert checkpoint_folder("file:///var/ckpt") == Path("/var/ckpt")
+    assert checkpoint_folder("file://localhost/var/ckpt") == Path("/var/ckpt")
+    for url in ("hdfs://namenode:8020/mirrorflow/A-B", "s3a://bucket/ckpt", "file://otherhost/var/ckpt"):
+        with pytest.raises(ConfigError, match="not supported yet"):
+            checkpoint_folder(url)
+
+
+def test_a_stream_given_a_checkpoint_url_of_another_file_system_stops_in_one_line_before_spark(tmp_path: Path) -> None:
+    r = run("--config", str(_two_way(tmp_path)), "stream", "--flow", "A->B", "--checkpoint", "hdfs://nn:8020/ckpt")
+    assert r.returncode == 2, r.stderr
+    assert "--checkpoint: hdfs://nn:8020/ckpt: a checkpoint on another file system" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

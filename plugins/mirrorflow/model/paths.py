@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mirrorflow.errors import ConfigError
+
 
 def home() -> Path:
     """The git-ignored runtime folder (`MIRRORFLOW_HOME`, default `./.mirrorflow`)."""
@@ -14,3 +16,19 @@ def home() -> Path:
 def jar_cache() -> Path:
     """Where jars fetched from Maven Central are kept (`MIRRORFLOW_JAR_CACHE`, default `{home}/jars`)."""
     return Path(os.environ.get("MIRRORFLOW_JAR_CACHE", str(home() / "jars"))).resolve()
+
+
+def checkpoint_folder(given: str) -> Path:
+    """The stream's `--checkpoint` as a local folder: a path, or a `file:` URL.
+
+    mirrorflow's own files in the checkpoint (reset marker, first offsets, linger positions, offset bases) and its
+    reads of Spark's logs are local file operations, so another file system's URL (hdfs://, s3a://) is refused
+    rather than taken as a local path: pathlib would fold `hdfs://nn/x` into the folder `hdfs:/nn/x`."""
+    scheme, sep, rest = given.partition("://")
+    if not sep or "/" in scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
+        return Path(given)
+    if scheme.lower() == "file" and (rest.startswith("/") or rest.startswith("localhost/")):
+        return Path(rest.removeprefix("localhost"))
+    raise ConfigError(f"{given}: a checkpoint on another file system than the local one is not supported yet; give a "
+                      "local folder (the flow's positions are its offset syncs, so a driver on a new host starts a "
+                      "new checkpoint at them: docs/deployment.md)", key="--checkpoint")

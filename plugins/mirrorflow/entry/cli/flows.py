@@ -8,12 +8,12 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from mirrorflow.entry.cli.common import add_json, checked, load_config, show
 from mirrorflow.errors import MirrorflowError
 from mirrorflow.model import config as configmod
+from mirrorflow.model import paths
 
 
 def add(sub: Any) -> None:
@@ -107,7 +107,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     logging.getLogger("py4j").setLevel(logging.WARNING)  # a line per call into the JVM: thousands an hour
     cfg = load_config(args)
     options = stream.StreamOptions(
-        master=args.master, checkpoint=Path(args.checkpoint) if args.checkpoint else None,
+        master=args.master, checkpoint=paths.checkpoint_folder(args.checkpoint) if args.checkpoint else None,
         metrics_port=args.metrics_port, metrics_host=args.metrics_host,
         max_records_per_batch=args.max_records_per_batch, trigger_ms=args.trigger_ms, linger_ms=args.linger_ms,
         driver_memory=args.driver_memory)
