@@ -9,7 +9,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export UV_PYTHON_DOWNLOADS := never
 
-.PHONY: setup demo test test-unit lint docs browser toxiproxy drill chaos bench bench-batch bench-state bench-fence bench-eos bench-slice bench-scale bench-takeover stop clean
+.PHONY: setup demo test test-unit lint docs browser toxiproxy drill chaos bench bench-batch bench-state bench-fence bench-eos bench-slice bench-scale bench-takeover bench-mesh stop clean
 
 # The class archive local Spark sessions start from (once per JDK and jar set; spark/class_archive.py).
 setup: $(BIN)/mirrorflow
@@ -107,9 +107,17 @@ bench-slice: setup
 	$(BIN)/python tests/benchmarks/slice.py
 
 # One flow at 2,400, 12,000 and 24,000 partitions against 12, with 5,000 groups: copy, restart, idle cost, state and
-# checkpoint rounds on the LAN and across a WAN link (not part of `make test`).
+# checkpoint rounds on the LAN and across a WAN link, and the ingest ceiling of Kafka's Java producer, compiled here
+# (not part of `make test`).
 bench-scale: setup toxiproxy
+	@command -v javac >/dev/null || { echo "installing a Java 17 compiler (the bench's Java producer)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless; }
 	$(BIN)/python tests/benchmarks/scale.py
+
+# A mesh of three clusters in active/active (6 flows): mirrorflow beside MirrorMaker 2 running the same flows in one
+# process, memory and cores idle and at a trickle (about 10 minutes; not part of `make test`).
+bench-mesh: setup
+	$(BIN)/python tests/benchmarks/mesh.py
 
 # A takeover from MirrorMaker 2 and a hand-back to it on 1,000,000 mirrored records under traffic (about 10
 # minutes; not part of `make test`).
