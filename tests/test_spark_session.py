@@ -1,12 +1,15 @@
-"""The Spark session's pure helpers."""
+"""The Spark session: its pure helpers, and what it refuses."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 from mirrorflow.spark import spark_logs
 from mirrorflow.spark.spark_session import archive_name, local_cores
 
@@ -96,3 +99,29 @@ def test_the_class_archives_name_changes_with_the_jdk_and_every_jar_and_with_not
     newer = archive_name(java, jars)
     image.write_bytes(b"another JDK's modules")
     assert archive_name(java, jars) != newer
+
+
+SPECULATION = """
+import os, sys
+from pyspark.sql import SparkSession
+from mirrorflow.errors import ConfigError
+from mirrorflow.spark import spark_session
+
+spark = spark_session.build("speculation asked for", "local[1]")
+print("built with speculation", spark.sparkContext.getConf().get("spark.speculation"), flush=True)
+spark.stop()
+SparkSession.builder.master("local[1]").config("spark.speculation", "true").getOrCreate()
+try:
+    spark_session.build("joining an application that speculates", "local[1]")
+except ConfigError as exc:
+    print("refused:", exc, flush=True)
+"""
+
+
+@pytest.mark.spark
+def test_a_job_turns_spark_speculation_off_and_refuses_an_application_that_speculates() -> None:
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": "--conf spark.speculation=true pyspark-shell"}
+    out = subprocess.run([sys.executable, "-c", SPECULATION], capture_output=True, text=True, env=env, timeout=300)
+    assert "built with speculation false" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert "refused: spark.speculation is on in the Spark application this job joined" in out.stdout, (
+        out.stdout + out.stderr[-3000:])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from mirrorflow.errors import ConfigError
 from mirrorflow.model import paths
 from mirrorflow.model.config import Cluster
 from mirrorflow.spark import maven, spark_logs
@@ -99,6 +100,9 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g", re
                # quarter to most of a second per partition, paid by the first micro-batch after a quiet spell.
                "spark.kafka.consumer.cache.timeout": "1h",
                "spark.redaction.regex": "(?i)secret|password|token|access[.]?key|jaas",
+               # A speculative attempt of a slow copy or backfill task writes its ranges a second time, beside the
+               # first attempt: off for every job, whatever spark-submit or spark-defaults.conf says.
+               "spark.speculation": "false",
                # A task's hand-over to its Python worker over TCP waited about 45 ms for delayed ACKs (a trivial
                # Python job: 105 ms over TCP, 61 over a Unix socket, here): a micro-batch pays it once per task.
                "spark.python.unix.domain.socket.enabled": "true"}
@@ -119,6 +123,9 @@ def build(app_name: str, master: str = "local[*]", driver_memory: str = "1g", re
     for key, value in options.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if spark.sparkContext.getConf().get("spark.speculation", "false").strip().lower() == "true":
+        raise ConfigError("spark.speculation is on in the Spark application this job joined: a speculative attempt "
+                          "of a copy task writes its records twice; start the job with spark.speculation=false")
     spark.sparkContext.setLogLevel("WARN")
     _quiet(spark, "ProcessingTimeExecutor")  # "falling behind" on every batch longer than the trigger
     if not master.startswith("local"):
