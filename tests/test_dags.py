@@ -126,3 +126,19 @@ def test_each_flow_is_audited_over_the_hour_that_just_closed_and_the_backfill_fo
     assert form.get_param("flow").schema["enum"] == ["alpha->beta", "beta->alpha", "alpha->gamma"]
     form["from_time"] = "2026-11-21T09:00"  # the rest is optional
     form.validate()
+
+
+def test_a_mesh_of_six_clusters_and_thirty_flows_parses_into_each_flows_dags(airflow_home: Path,
+                                                                            tmp_path: Path) -> None:
+    aliases = [f"dc{i}" for i in range(1, 7)]
+    mesh = tmp_path / "mesh.properties"
+    mesh.write_text("\n".join([f"clusters = {', '.join(aliases)}",
+                               *(f"{a}.bootstrap.servers = 127.0.0.1:{27000 + i}" for i, a in enumerate(aliases)),
+                               *(f"{s}->{t}.enabled = true" for s in aliases for t in aliases if s != t)]) + "\n")
+    with deployment(mesh) as bag:
+        pass
+    assert bag.import_errors == {}
+    flows = [f"{s}_to_{t}" for s in aliases for t in aliases if s != t]
+    for kind in ("flow", "stream", "audit"):
+        assert sorted(d for d in bag.dags if d.startswith(f"mirrorflow_{kind}__")) == sorted(
+            f"mirrorflow_{kind}__{f}" for f in flows), kind
