@@ -180,3 +180,10 @@ def test_a_batch_in_which_one_partition_of_200_moved_logs_that_partition_and_its
     finally:
         reader.stop()
         restarted.stop()
+
+
+def test_each_flow_registers_its_source_under_a_name_of_its_own_the_same_at_every_start() -> None:
+    names = {flow: range_source.source_name(flow) for flow in ("a->b", "b->a", "a->c", "a.b->c", "a->b.c")}
+    assert len(set(names.values())) == len(names)
+    assert all(n.startswith("mirrorflow_ranges_") and n.isidentifier() for n in names.values())
+    assert range_source.source_name("a->b") == names["a->b"]

@@ -477,12 +477,13 @@ class _Driver:
             discovery_s=(float(self.flow.number("refresh.topics.interval.seconds"))
                          if self.flow.given("refresh.topics.interval.seconds") else range_source.DISCOVERY_S),
             watch_settings=self.link.settings("source", "consumer"), bases_path=str(self.checkpoint.bases))
-        self.spark.dataSource.register(range_source.source_class(plan))
+        source = range_source.source_class(plan)
+        self.spark.dataSource.register(source)
         # The checkpoint is a local directory: Spark's default manager renames through Hadoop's FileContext, which
         # runs `readlink` in a new process per file (about 50 ms for each of a batch's two log entries); a plain
         # rename is as atomic on a local file system.
         self.spark.conf.set("spark.sql.streaming.checkpointFileManagerClass", _LOCAL_CHECKPOINT_MANAGER)
-        return (self.spark.readStream.format(range_source.NAME).load().writeStream
+        return (self.spark.readStream.format(source.name()).load().writeStream
                 .queryName(f"mirrorflow_{self.flow.source}_{self.flow.target}")
                 .foreachBatch(self._batch)
                 .option("checkpointLocation", str(self.checkpoint.path))

@@ -44,6 +44,7 @@ The plan holds the source's admin settings (secrets: never printed); the reader 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -84,7 +85,7 @@ WATCH_FETCH_WAIT_MS = 5_000
 # in it until about a thousand fetches have finished (`fetch.purgatory.purge.interval.requests`): a watcher of
 # 24,000 partitions filled a 1 GiB source broker's heap. A larger flow's spells are not watched (QUIET_MAX_S).
 WATCH_MAX_PARTITIONS = 1_000
-NAME = "mirrorflow_ranges"
+NAME = "mirrorflow_ranges"  # the prefix of each flow's source name (source_name)
 RANGES_DDL = "topic string, partition int, from_offset long, until_offset long"
 
 TopicPartition = tuple[str, int]
@@ -123,7 +124,7 @@ class RangeSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
-        return NAME
+        return source_name(cls.plan.flow)
 
     def schema(self) -> str:
         return RANGES_DDL
@@ -143,6 +144,12 @@ def _quiet_socket_closed(kind: type[BaseException], exc: BaseException, tb: Any)
               file=sys.stderr)
         return
     sys.__excepthook__(kind, exc, tb)
+
+
+def source_name(flow: str) -> str:
+    """The name a flow's source is registered under: Spark keeps one class per name in a session, so flows whose
+    queries share a session each need their own."""
+    return f"{NAME}_{hashlib.sha256(flow.encode()).hexdigest()[:16]}"
 
 
 def source_class(plan: SourcePlan) -> type[RangeSource]:
