@@ -200,8 +200,13 @@ def test_a_checkpoint_folder_is_a_path_or_a_file_url_and_another_file_systems_ur
     assert checkpoint_folder("ckpt/a") == Path("ckpt/a")
     assert checkpoint_folder("/var/lib/mirrorflow/ckpt") == Path("/var/lib/mirrorflow/ckpt")
     assert checkpoint_folder("file:///var/ckpt") == Path("/var/ckpt")
-    assert checkpoint_folder("file://localhost/var/ckpt") == Path("/var/ckpt")
-    for url in ("hdfs://namenode:8020/mirrorflow/A-B", "s3a://bucket/ckpt", "file://otherhost/var/ckpt"):
+    assert checkpoint_folder("file://LocalHost/var/ckpt") == Path("/var/ckpt")
+    assert checkpoint_folder("file:/var/ckpt") == Path("/var/ckpt")
+    assert checkpoint_folder("FILE:///var/a%20b") == Path("/var/a b")
+    assert checkpoint_folder("C:/ckpt") == Path("C:/ckpt")
+    assert checkpoint_folder("ckpt/x://y") == Path("ckpt/x://y")
+    for url in ("hdfs://namenode:8020/mirrorflow/A-B", "s3a://bucket/ckpt", "file://otherhost/var/ckpt", "hdfs:/x",
+                "S3A:/b/x", "file:relative", "viewfs://cluster/ckpt"):
         with pytest.raises(ConfigError, match="not supported yet"):
             checkpoint_folder(url)
 

@@ -187,3 +187,7 @@ def test_each_flow_registers_its_source_under_a_name_of_its_own_the_same_at_ever
     assert len(set(names.values())) == len(names)
     assert all(n.startswith("mirrorflow_ranges_") and n.isidentifier() for n in names.values())
     assert range_source.source_name("a->b") == names["a->b"]
+    sources = [range_source.source_class(SourcePlan(flow, flow.split("->")[0], {}, "t", read_committed=False,
+                                                     slots=1, max_records=1, starting="earliest"))
+               for flow in ("a->b", "b->a")]
+    assert [s.name() for s in sources] == [names["a->b"], names["b->a"]]

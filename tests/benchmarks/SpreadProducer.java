@@ -8,7 +8,7 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Kafka's own producer writing records round robin over every partition of topics {prefix}0000.., 12 partitions each:
- * what the brokers take from a client that puts many partitions in one request (bench-scale's ingest ceiling).
+ * what the brokers take from a client that puts many partitions in one request (bench-scale's brokers' intake).
  *
  * <p>Arguments: bootstrap servers, topic prefix, topics, partitions per topic, records, record bytes. Prints
  * {@code java_produce_rps=N failed=N}.

@@ -35,6 +35,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,7 @@ BACKLOG = 1_200  # records in every topic before a mirror's launch
 SIZE = 200
 TRICKLE_WARMUP_S = 10.0
 COPY_LIMIT_S = 600.0
+SETTLE_S = 3.0  # a copy counts as done once its remote ends hold still this long
 
 
 def servers(alias: str) -> str:
@@ -106,7 +108,8 @@ def teardown(home: Path) -> None:
 
 
 class RemoteEnds:
-    """The sum of each flow's remote partitions' end offsets on its target (commit markers count too)."""
+    """Each flow's remote partitions' end offsets on its target, summed (commit markers count too); a remote topic
+    not made yet counts 0."""
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
@@ -115,35 +118,35 @@ class RemoteEnds:
     def of(self, source: str, target: str) -> int:
         asked = {TopicPartition(f"{source}.{t}", p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
                  for t in self.names for p in range(PARTITIONS)}
-        try:
-            answers = self.admins[target].list_offsets(asked, request_timeout=10)
-            return sum(f.result().offset for f in answers.values())
-        except KafkaException:
-            self.admins[target] = AdminClient({"bootstrap.servers": servers(target), **QUIET})
-            return 0  # a remote topic not made yet
+        total = 0
+        for answer in self.admins[target].list_offsets(asked, request_timeout=10).values():
+            with contextlib.suppress(KafkaException):
+                total += answer.result().offset
+        return total
 
 
-def wait_copied(ends: RemoteEnds, launched: float, alive: Any) -> dict[str, float]:
-    """Each flow's first copy, seconds after `launched`, once every flow's remote topics hold its backlog."""
+def wait_copied(ends: RemoteEnds, launched: float, alive: Callable[[], bool]) -> dict[str, float]:
+    """Each flow's first copy, seconds after `launched`, once every flow's remote topics hold at least its backlog
+    (a transactional copy's markers count too) and have not moved for SETTLE_S."""
     want = len(ends.names) * BACKLOG
     first: dict[str, float] = {}
-    done: set[str] = set()
-    while len(done) < len(FLOWS):
+    last: dict[str, tuple[int, float]] = {}
+    while True:
         if time.monotonic() - launched > COPY_LIMIT_S:
-            raise RuntimeError(f"not every flow copied its backlog within {COPY_LIMIT_S:.0f} s: {sorted(done)} did")
+            raise RuntimeError(f"not every flow copied its backlog within {COPY_LIMIT_S:.0f} s: {last}")
         if not alive():
             raise RuntimeError("a mirror process exited")
+        now = time.monotonic()
         for s, t in FLOWS:
             name = f"{s}->{t}"
-            if name in done:
-                continue
             n = ends.of(s, t)
             if n and name not in first:
-                first[name] = time.monotonic() - launched
-            if n >= want:
-                done.add(name)
+                first[name] = now - launched
+            if name not in last or last[name][0] != n:
+                last[name] = (n, now)
+        if all(n >= want and now - at >= SETTLE_S for n, at in last.values()) and len(last) == len(FLOWS):
+            return first
         time.sleep(0.5)
-    return first
 
 
 class Trickle:
@@ -189,15 +192,19 @@ def pss(roots: dict[str, int]) -> dict[str, float]:
     return {name: float(tree_memory_mb(pid)[1]) for name, pid in roots.items()}
 
 
-def measure(home: Path, name: str, launch: Any, stop: Any, args: argparse.Namespace) -> dict[str, Any]:
+Launch = Callable[[], dict[str, subprocess.Popen[bytes]]]
+Stop = Callable[[dict[str, subprocess.Popen[bytes]]], None]
+
+
+def measure(home: Path, name: str, launch: Launch, stop: Stop, args: argparse.Namespace) -> dict[str, Any]:
     names = topics(args.topics)
     prepare(home, names)
     try:
         launched = time.monotonic()
-        roots: dict[str, int] = launch()
+        procs = launch()
+        roots = {flow: proc.pid for flow, proc in procs.items()}
         try:
-            first = wait_copied(RemoteEnds(names), launched,
-                                lambda: all(Path(f"/proc/{pid}").exists() for pid in roots.values()))
+            first = wait_copied(RemoteEnds(names), launched, lambda: all(p.poll() is None for p in procs.values()))
             print(f"{name}: first copy per flow, s after launch: "
                   f"{', '.join(f'{f} {s:.1f}' for f, s in sorted(first.items()))}", flush=True)
             time.sleep(10)
@@ -212,7 +219,7 @@ def measure(home: Path, name: str, launch: Any, stop: Any, args: argparse.Namesp
             print(f"{name}: at {args.trickle:g} records/s per topic {trickle:.3f} cores, PSS "
                   f"{sum(trickle_pss.values()):,.0f} MiB", flush=True)
         finally:
-            stop(roots)
+            stop(procs)
     finally:
         teardown(home)
     peak = max(idle_pss, trickle_pss, key=lambda p: sum(p.values()))
@@ -222,7 +229,7 @@ def measure(home: Path, name: str, launch: Any, stop: Any, args: argparse.Namesp
             "first_copy_s": max(first.values()), "first_copy_s_by_flow": first}
 
 
-def mm2(home: Path) -> tuple[Any, Any]:
+def mm2(home: Path) -> tuple[Launch, Stop]:
     from mirrorflow.model import paths
     from mirrorflow.spark import maven
 
@@ -230,61 +237,54 @@ def mm2(home: Path) -> tuple[Any, Any]:
     props = home / "mm2.properties"
     props.write_text(properties(mm2=True))
 
-    def launch() -> dict[str, int]:
+    def launch() -> dict[str, subprocess.Popen[bytes]]:
         with open(home / "mm2.log", "wb") as log:
             proc = subprocess.Popen(["java", "-Xms256m", "-Xmx2g", "-cp", maven.classpath(jars),
                                      "org.apache.kafka.connect.mirror.MirrorMaker", str(props)],
                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        return {"mm2": proc.pid}
+        return {"mm2": proc}
 
-    def stop(roots: dict[str, int]) -> None:
-        _stop_groups(roots.values(), 60)
+    def stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+        _stop_groups(procs.values(), 60)
 
     return launch, stop
 
 
-def mirrorflow(home: Path) -> tuple[Any, Any]:
+def mirrorflow(home: Path) -> tuple[Launch, Stop]:
     props = home / "mirrorflow.properties"
     props.write_text(properties(mm2=False))
 
-    def launch() -> dict[str, int]:
-        roots = {}
+    def launch() -> dict[str, subprocess.Popen[bytes]]:
+        procs = {}
         for s, t in FLOWS:
             flow = f"{s}->{t}"
             with open(home / f"stream-{s}-{t}.log", "wb") as log:
                 proc = subprocess.Popen([sys.executable, "-m", "mirrorflow", "--config", str(props), "stream",
                                          "--flow", flow, "--checkpoint", str(home / f"checkpoint-{s}-{t}")],
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            roots[flow] = proc.pid
-        return roots
+            procs[flow] = proc
+        return procs
 
-    def stop(roots: dict[str, int]) -> None:
-        _stop_groups(roots.values(), 120)
+    def stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
+        _stop_groups(procs.values(), 120)
 
     return launch, stop
 
 
-def _stop_groups(pids: Any, wait_s: float) -> None:
+def _stop_groups(procs: Iterable[subprocess.Popen[bytes]], wait_s: float) -> None:
     """SIGTERM to each process (a stream stops its query and lease itself), then SIGKILL to the process group of
     any still running after `wait_s`, and to every group's leftovers."""
-    pids = list(pids)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+    procs = list(procs)
+    for proc in procs:
+        proc.terminate()
     deadline = time.monotonic() + wait_s
-    for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                if os.waitpid(pid, os.WNOHANG)[0]:
-                    break
-            except ChildProcessError:
-                break
-            time.sleep(0.2)
-    for pid in pids:
+    for proc in procs:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, 0)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def main() -> None:
@@ -315,7 +315,7 @@ def report(results: dict[str, Any], args: argparse.Namespace) -> None:
           f"cluster; trickle {args.trickle:g} records/s a topic)\n")
     print("| | MirrorMaker 2 | mirrorflow | mirrorflow / MM2 |")
     print("|---|---:|---:|---:|")
-    for label, key, fmt in (("PSS, all processes (MiB)", "pss_mib_total", "{:,.0f}"),
+    for label, key, fmt in (("PSS, all processes, the higher of idle and trickle (MiB)", "pss_mib_total", "{:,.0f}"),
                             ("cores, idle", "cores_idle", "{:.3f}"), ("cores, trickle", "cores_trickle", "{:.3f}"),
                             ("first copy, slowest flow (s)", "first_copy_s", "{:.1f}")):
         print(f"| {label} | {fmt.format(mm[key])} | {fmt.format(mf[key])} | {mf[key] / mm[key]:.2f} |")

@@ -166,7 +166,9 @@ def cpu_seconds(roots: dict[str, int]) -> dict[str, float]:
             fields = stat.read_text().rsplit(")", 1)[1].split()
             pid = int(stat.parent.name)
             children.setdefault(int(fields[1]), []).append(pid)
-            ticks[pid] = int(fields[11]) + int(fields[12])
+            # utime + stime, and cutime + cstime: the CPU of children it reaped (a Spark worker that exited during a
+            # measurement) stays counted, in the tree it belonged to
+            ticks[pid] = int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
     used: dict[str, float] = {}
     for name, root in roots.items():
         todo = [root]

@@ -22,9 +22,9 @@ spread over every partition before the flow starts. Per size it measures:
     source, the target across the WAN). A round still running after `--round-limit` seconds is stopped and
     recorded as that limit, marked `capped`. Then once more on the LAN holding a second copy of the flow's offset-sync
     state, standing in for the reverse flow's in active/active: its peak RSS is `checkpoint_task_peak_mib`;
-  - the ingest ceiling: records per second the bench's librdkafka producer wrote the backlog into the source at, and
-    Kafka's Java producer (SpreadProducer.java, javac) writing as many again over the same partitions once the flow
-    has stopped.
+  - the brokers' intake: records per second the bench's librdkafka producer wrote the backlog into the source at
+    (round robin over the partitions), and Kafka's Java producer (SpreadProducer.java, javac) writing as many again
+    over the same partitions, round robin too, once the flow has stopped.
 Prints a Markdown table; writes bench-scale.json ({"sizes": [{...}, ...]}, one object per size).
 """
 
@@ -36,6 +36,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -311,7 +312,9 @@ from mirrorflow.model import config
 from mirrorflow.kafka import offset_sync_log
 from mirrorflow.rules import offset_syncs
 cfg = config.load(os.environ["MIRRORFLOW_CONFIG"])
-before = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:"))
+with open("/proc/self/clear_refs", "w") as refs:
+    refs.write("5")  # the high-water mark starts again at the RSS now, so its growth is the read's
+before = {HWM_KIB}
 begun = time.monotonic()
 state = offset_sync_log.read({{"bootstrap.servers": cfg.cluster("dst").bootstrap_servers, "log_level": 3}},
                              offset_syncs.topic_name("src"))
@@ -489,13 +492,13 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
             if not capped and value(out, "exit") != 0:
                 raise RuntimeError(f"the checkpoint round failed ({where}):\n{out[-3000:]}")
             row[f"checkpoint_round_capped_{where}"] = capped
-            row["checkpoint_task_peak_mib"] = max(row.get("checkpoint_task_peak_mib", 0.0), peak_mib)
+            if where == "lan":
+                row["checkpoint_task_peak_mib_one_flow"] = peak_mib
             print(f"  checkpoint round, {args.groups:,} groups ({row['group_partitions']:,} group-partitions), "
                   f"{where}: {row[f'checkpoint_round_s_{where}']:.1f} s{' (capped)' if capped else ''}, "
                   f"peak RSS {peak_mib:,.0f} MiB, {sum(asked.values()):,} requests "
                   f"({', '.join(f'{k} {n:,}' for k, n in asked.most_common(6))})", flush=True)
         row["checkpoint_requests"] = row["checkpoint_requests_lan"]
-        row["checkpoint_task_peak_mib_one_flow"] = row["checkpoint_task_peak_mib"]
         seconds, peak_mib, out, capped = in_own_process(ROUND, lan, args.round_limit, SCALE_BOTH_FLOWS="1")
         if capped or value(out, "exit") != 0:
             raise RuntimeError(f"the active/active checkpoint round failed:\n{out[-3000:]}")
@@ -511,17 +514,17 @@ def measure(home: Path, partitions: int, args: argparse.Namespace, reference: di
         links.stop()
         local.down(cfg, purge=True)
     row["rps_over_java_producer"] = row["rps"] / row["java_produce_rps"]
+    row["java_produce_rps_over_12"] = row["java_produce_rps"] / (reference or row)["rps"]
     if reference is not None:
         row["rps_over_12"] = row["rps"] / reference["rps"]
-        row["java_produce_rps_over_12"] = row["java_produce_rps"] / reference["rps"]
         row["peak_pss_over_12"] = row["peak_pss_mib"] / reference["peak_pss_mib"]
     return row
 
 
 def java_produce_rps(home: Path, prefix: str, topics: int, records: int) -> float:
     """Records per second Kafka's Java producer (the brokers' version) writes `records` of SIZE bytes round robin over
-    every partition of the `topics` topics `prefix`NNNN: the ceiling a copier's writes meet at that size, from a
-    client that puts every partition of a broker in one request where librdkafka sends a request per partition."""
+    every partition of the `topics` topics `prefix`NNNN: the brokers' intake at that size from a client that puts
+    every partition of a broker in one request, where librdkafka sends a request per partition."""
     from mirrorflow.model import paths
     from mirrorflow.spark import maven
 
@@ -552,6 +555,8 @@ def main() -> None:
     ap.add_argument("--profile-rounds", action="store_true", help="profile each checkpoint round (cProfile, the 30 "
                     "costliest calls by cumulative time, in round-lan.txt / round-wan.txt of the size's folder)")
     args = ap.parse_args()
+    if shutil.which("javac") is None:
+        sys.exit("bench-scale: no javac for its Java producer (`make bench-scale` installs openjdk-17-jdk-headless)")
     if args.profile_rounds:
         os.environ["SCALE_PROFILE"] = "1"
     home = Path(tempfile.mkdtemp(prefix="mirrorflow-bench-scale-"))
@@ -591,8 +596,8 @@ def report(reference: dict[str, Any], rows: list[dict[str, Any]], args: argparse
               f"({r.get('peak_pss_over_12', 1.0):.2f}) | {cap('lan')} / {cap('wan')} | "
               f"{r.get('checkpoint_requests_lan', 0):,} / {r.get('checkpoint_requests_wan', 0):,} | "
               f"{r.get('checkpoint_task_peak_mib_one_flow', math.nan):,.0f} / "
-              f"{r['checkpoint_task_peak_mib']:,.0f} MiB | {r['produce_rps']:,.0f} / {r['java_produce_rps']:,.0f} "
-              f"({r.get('java_produce_rps_over_12', math.nan):.2f}) |")
+              f"{r['checkpoint_task_peak_mib']:,.0f} MiB | {r.get('produce_rps', math.nan):,.0f} / "
+              f"{r.get('java_produce_rps', math.nan):,.0f} ({r.get('java_produce_rps_over_12', math.nan):.2f}) |")
 
 
 if __name__ == "__main__":
