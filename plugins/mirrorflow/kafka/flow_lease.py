@@ -286,7 +286,15 @@ class FlowLease:
         admin = AdminClient(self._admin_settings)
         deadline = time.monotonic() + wait_s
         while True:
-            listed, gone = listed_and_left(admin, self.flow)
+            try:
+                listed, gone = listed_and_left(admin, self.flow)
+            except OperationalError:
+                # No answer: a target just started has no coordinator for the group yet, and a client left without
+                # an answer may never get one (UNTIMED_S). Asked again with a new client until `wait_s`.
+                if time.monotonic() > deadline:
+                    raise
+                admin = AdminClient(self._admin_settings)
+                continue
             # Only a member assigned the partition holds the lease: an unassigned one (an instance refused, whose
             # static member stays listed) is no reason to wait. L1: a member under this instance's id is of a
             # process that is gone (this one joins in its place), unless its client id names a live one (best
