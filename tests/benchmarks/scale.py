@@ -306,18 +306,26 @@ def _peak_rss_mib(out: str) -> float:
 HWM_KIB = "next(int(line.split()[1]) for line in open('/proc/self/status') if line.startswith('VmHWM:'))"
 PEAK = f'print(f"peak_rss_kib={{{HWM_KIB}}}", flush=True)'
 
-SYNC_READ = f"""
-import time, os
-from mirrorflow.model import config
+# The flow's whole offset-sync state, read once in the measuring process (`read_syncs()`).
+READ_SYNCS = """
+import os
 from mirrorflow.kafka import offset_sync_log
+from mirrorflow.model import config
 from mirrorflow.rules import offset_syncs
-cfg = config.load(os.environ["MIRRORFLOW_CONFIG"])
+def read_syncs():
+    cfg = config.load(os.environ["MIRRORFLOW_CONFIG"])
+    return offset_sync_log.read({"bootstrap.servers": cfg.cluster("dst").bootstrap_servers, "log_level": 3},
+                                offset_syncs.topic_name("src"))
+"""
+
+SYNC_READ = f"""
+import time
+{READ_SYNCS}
 with open("/proc/self/clear_refs", "w") as refs:
     refs.write("5")  # the high-water mark starts again at the RSS now, so its growth is the read's
 before = {HWM_KIB}
 begun = time.monotonic()
-state = offset_sync_log.read({{"bootstrap.servers": cfg.cluster("dst").bootstrap_servers, "log_level": 3}},
-                             offset_syncs.topic_name("src"))
+state = read_syncs()
 print(f"read_s={{time.monotonic() - begun:.3f}}")
 print(f"live={{state.live_records()}}")
 print(f"grown_kib={{{HWM_KIB} - before}}")
@@ -327,13 +335,9 @@ print(f"grown_kib={{{HWM_KIB} - before}}")
 ROUND = f"""
 import cProfile, os, pstats, sys, time
 from mirrorflow.entry.cli.main import main
-from mirrorflow.kafka import offset_sync_log
-from mirrorflow.model import config
-from mirrorflow.rules import offset_syncs
+{READ_SYNCS}
 if os.environ.get("SCALE_BOTH_FLOWS"):  # active/active: the reverse flow's state, as large as this flow's, held too
-    cfg = config.load(os.environ["MIRRORFLOW_CONFIG"])
-    reverse = offset_sync_log.read({{"bootstrap.servers": cfg.cluster("dst").bootstrap_servers, "log_level": 3}},
-                                   offset_syncs.topic_name("src"))
+    reverse = read_syncs()
 profile = cProfile.Profile() if os.environ.get("SCALE_PROFILE") else None
 begun = time.monotonic()
 if profile is not None:
